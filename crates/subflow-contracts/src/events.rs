@@ -1,0 +1,219 @@
+//! The run event catalogue (SPEC §5.2) and the record envelope (SPEC §5.1).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use uuid::Uuid;
+
+/// Longest `event_type`, in characters.
+pub const EVENT_TYPE_MAX_CHARS: usize = 32;
+/// Longest `category`, in characters.
+pub const CATEGORY_MAX_CHARS: usize = 16;
+/// Prefix of dynamic middleware event types.
+pub const MIDDLEWARE_PREFIX: &str = "middleware:";
+/// Shortest middleware event type (prefix plus a one-character tag).
+pub const MIDDLEWARE_TYPE_MIN_CHARS: usize = 12;
+/// Longest middleware tag.
+pub const MIDDLEWARE_TAG_MAX_CHARS: usize = 21;
+/// The legacy name read as `llm.ai.response` and never produced.
+pub const LEGACY_AI_MESSAGE: &str = "ai_message";
+
+string_enum! {
+    /// Event categories (contract `categories`).
+    pub enum EventCategory {
+        Trace = "trace",
+        Message = "message",
+        Outputs = "outputs",
+        Error = "error",
+        Middleware = "middleware",
+        Context = "context",
+        Subagent = "subagent",
+        Workspace = "workspace",
+    }
+}
+
+impl EventCategory {
+    /// Whether records of this category may appear in message projections.
+    pub const fn in_message_projection(self) -> bool {
+        matches!(self, EventCategory::Message)
+    }
+}
+
+string_enum! {
+    /// The frozen event types (contract `events`). Middleware events are dynamic: see [`MiddlewareTag`].
+    pub enum EventType {
+        RunStart = "run.start",
+        RunEnd = "run.end",
+        RunError = "run.error",
+        LlmHumanInput = "llm.human.input",
+        LlmAiResponse = "llm.ai.response",
+        LlmToolResult = "llm.tool.result",
+        LlmError = "llm.error",
+        ContextMemory = "context:memory",
+        SubagentStart = "subagent.start",
+        SubagentStep = "subagent.step",
+        SubagentEnd = "subagent.end",
+        WorkspaceChanges = "workspace_changes",
+    }
+}
+
+impl EventType {
+    /// The category every record of this type carries.
+    pub const fn category(self) -> EventCategory {
+        match self {
+            EventType::RunStart | EventType::LlmError => EventCategory::Trace,
+            EventType::RunEnd => EventCategory::Outputs,
+            EventType::RunError => EventCategory::Error,
+            EventType::LlmHumanInput | EventType::LlmAiResponse | EventType::LlmToolResult => {
+                EventCategory::Message
+            }
+            EventType::ContextMemory => EventCategory::Context,
+            EventType::SubagentStart | EventType::SubagentStep | EventType::SubagentEnd => {
+                EventCategory::Subagent
+            }
+            EventType::WorkspaceChanges => EventCategory::Workspace,
+        }
+    }
+
+    /// Reads a stored event type, mapping the legacy `ai_message` alias.
+    pub fn read(text: &str) -> Option<EventType> {
+        if text == LEGACY_AI_MESSAGE {
+            return Some(EventType::LlmAiResponse);
+        }
+        text.parse().ok()
+    }
+}
+
+string_enum! {
+    /// Known `middleware:{tag}` tags (contract `dynamic_event_patterns[0].known_tags`).
+    pub enum MiddlewareTag {
+        Guardrail = "guardrail",
+        LoopDetection = "loop_detection",
+        SafetyTermination = "safety_termination",
+        SkillActivation = "skill_activation",
+        SkillSecrets = "skill_secrets",
+    }
+}
+
+impl MiddlewareTag {
+    /// The event type `middleware:<tag>`.
+    pub fn event_type(self) -> String {
+        format!("{MIDDLEWARE_PREFIX}{}", self.as_str())
+    }
+}
+
+/// A record on its way into the store: everything but `seq` and `created_at`,
+/// which the store assigns when it writes the row.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    /// Idempotency key (UUID v7), assigned when the event is emitted.
+    pub event_id: Uuid,
+    /// The thread the event belongs to.
+    pub thread_id: String,
+    /// The run the event belongs to.
+    pub run_id: String,
+    /// 1–32 characters.
+    pub event_type: String,
+    /// 1–16 characters.
+    pub category: String,
+    /// Any JSON.
+    pub content: Value,
+    /// Always an object; `task_id` in it is indexed.
+    pub metadata: Map<String, Value>,
+    /// The run owner.
+    pub user_id: Option<String>,
+}
+
+impl NewEvent {
+    /// A new event with a fresh UUID v7 `event_id`.
+    pub fn new(
+        thread_id: impl Into<String>,
+        run_id: impl Into<String>,
+        event_type: impl Into<String>,
+        category: impl Into<String>,
+        content: Value,
+        metadata: Map<String, Value>,
+    ) -> Self {
+        NewEvent {
+            event_id: Uuid::now_v7(),
+            thread_id: thread_id.into(),
+            run_id: run_id.into(),
+            event_type: event_type.into(),
+            category: category.into(),
+            content,
+            metadata,
+            user_id: None,
+        }
+    }
+
+    /// Sets the run owner.
+    pub fn with_user(mut self, user_id: Option<String>) -> Self {
+        self.user_id = user_id;
+        self
+    }
+
+    /// `metadata.task_id` when it is a string: the column the `task_id` filter uses.
+    pub fn task_id(&self) -> Option<&str> {
+        self.metadata.get("task_id").and_then(Value::as_str)
+    }
+}
+
+/// A persisted record (SPEC §5.1), as `/events` returns it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunEvent {
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// Thread-global, strictly increasing, ≥ 1.
+    pub seq: i64,
+    /// Event type.
+    pub event_type: String,
+    /// Category.
+    pub category: String,
+    /// Payload.
+    pub content: Value,
+    /// Metadata object.
+    pub metadata: Map<String, Value>,
+    /// RFC 3339 time at which the store wrote the row.
+    pub created_at: String,
+    /// Run owner, or null.
+    pub user_id: Option<String>,
+    /// The idempotency key (additive envelope field).
+    pub event_id: Uuid,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn categories_follow_the_catalogue() {
+        assert_eq!(EventType::SubagentStep.category(), EventCategory::Subagent);
+        assert_eq!(EventType::RunEnd.category(), EventCategory::Outputs);
+        assert!(!EventCategory::Subagent.in_message_projection());
+        assert!(EventCategory::Message.in_message_projection());
+    }
+
+    #[test]
+    fn the_legacy_alias_reads_as_ai_response() {
+        assert_eq!(
+            EventType::read("ai_message"),
+            Some(EventType::LlmAiResponse)
+        );
+        assert_eq!(EventType::read("nope"), None);
+        assert!("ai_message".parse::<EventType>().is_err());
+    }
+
+    #[test]
+    fn middleware_event_types_fit_the_dynamic_pattern() {
+        for tag in MiddlewareTag::ALL {
+            let name = tag.event_type();
+            let chars = name.chars().count();
+            assert!(
+                (MIDDLEWARE_TYPE_MIN_CHARS..=EVENT_TYPE_MAX_CHARS).contains(&chars),
+                "{name}"
+            );
+            assert!(tag.as_str().chars().count() <= MIDDLEWARE_TAG_MAX_CHARS);
+        }
+    }
+}

@@ -1,0 +1,20 @@
+//! Wire types of subflow: validated ids, the closed status and event enums whose
+//! string forms are frozen by the contract files in `contracts/`, run event records,
+//! and the mapping from live task events to persisted `subagent.*` records.
+//!
+//! This crate does no IO and depends on no async, database or HTTP crate.
+
+#[macro_use]
+mod macros;
+
+pub mod events;
+pub mod ids;
+pub mod status;
+pub mod task_events;
+pub mod text;
+
+pub use events::{EventCategory, EventType, MiddlewareTag, NewEvent, RunEvent};
+pub use ids::{InvalidThreadId, ThreadId};
+pub use status::{
+    RunStatus, RunStopReason, SubagentStatus, SubagentStopReason, TaskEndStatus, ThreadStatus,
+};

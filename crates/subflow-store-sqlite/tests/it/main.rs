@@ -1,0 +1,44 @@
+//! The store conformance suite on a real SQLite file.
+
+use std::sync::Arc;
+
+use subflow_store::conformance::Fixture;
+use subflow_store_sqlite::SqliteStore;
+
+async fn sqlite_fixture() -> Fixture {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
+    let store = SqliteStore::open(&url, 4).await.expect("open SQLite store");
+    Fixture::new(Arc::new(store), dir)
+}
+
+subflow_store::conformance_tests!(sqlite_fixture());
+
+#[tokio::test]
+async fn reopening_the_file_keeps_events_and_continues_the_sequence() {
+    use subflow_contracts::NewEvent;
+    use subflow_store::{EventQuery, EventStore};
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
+    let event = |n: i64| {
+        NewEvent::new(
+            "t1",
+            "r1",
+            "llm.error",
+            "trace",
+            serde_json::json!(n),
+            Default::default(),
+        )
+    };
+    let store = SqliteStore::open(&url, 2).await.unwrap();
+    store.append(&[event(1), event(2)]).await.unwrap();
+    store.close().await;
+    let reopened = SqliteStore::open(&url, 2).await.unwrap();
+    reopened.append(&[event(3)]).await.unwrap();
+    let rows = reopened
+        .list_events(&EventQuery::run("t1", "r1"))
+        .await
+        .unwrap();
+    assert_eq!(rows.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
+    assert!(dir.path().join("subflow.db-wal").exists() || dir.path().join("subflow.db").exists());
+}

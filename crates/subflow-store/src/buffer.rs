@@ -1,0 +1,543 @@
+//! The per-run event buffer (SPEC §5.4, §5.5) and the process-wide retry queue behind it.
+//!
+//! A run's producers hand records to an [`EventBuffer`] without waiting: the buffer's
+//! task batches them and writes each batch with one [`EventStore::append`]. A failed
+//! write is kept ahead of newer records and never raised into the run. Records still
+//! unwritten after the final flush go to the [`RetryQueue`], which keeps retrying with
+//! backoff and, after [`RetryPolicy::spill_after`] or at shutdown, appends them to the
+//! spill file that the next start re-applies. Every record carries a UUID v7
+//! `event_id` from the moment it is emitted, so a batch retried after an ambiguous
+//! failure never duplicates rows.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use subflow_contracts::task_events::{RejectedChunk, map_task_event};
+use subflow_contracts::{EventType, NewEvent};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio::time::{Instant, sleep, sleep_until};
+
+use crate::spill::SpillFile;
+use crate::{EventStore, Result, validate_batch};
+
+/// Which buffer a record went through, the `buffer` label of the store metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BufferKind {
+    /// Subagent lifecycle and step records.
+    Subagent,
+    /// The run journal's own records.
+    Journal,
+}
+
+impl BufferKind {
+    /// The metric label.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BufferKind::Subagent => "subagent",
+            BufferKind::Journal => "journal",
+        }
+    }
+
+    const fn index(self) -> usize {
+        match self {
+            BufferKind::Subagent => 0,
+            BufferKind::Journal => 1,
+        }
+    }
+}
+
+/// When a buffer flushes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BufferPolicy {
+    /// The metric label and the flush-on-end rule (subagent buffers flush on `subagent.end`).
+    pub kind: BufferKind,
+    /// Flush when this many records are pending.
+    pub threshold: usize,
+    /// Flush when the oldest pending record is this old.
+    pub flush_interval: Duration,
+    /// Waits before the retries of the final flush.
+    pub final_retry_delays: Vec<Duration>,
+}
+
+impl BufferPolicy {
+    /// The subagent buffer: 25 records, `subagent.end`, or `flush_interval`.
+    pub fn subagent(flush_interval: Duration) -> Self {
+        BufferPolicy {
+            kind: BufferKind::Subagent,
+            threshold: 25,
+            flush_interval,
+            final_retry_delays: vec![Duration::from_secs(1), Duration::from_secs(2)],
+        }
+    }
+
+    /// The journal buffer: 20 records or `flush_interval`.
+    pub fn journal(flush_interval: Duration) -> Self {
+        BufferPolicy {
+            kind: BufferKind::Journal,
+            threshold: 20,
+            ..Self::subagent(flush_interval)
+        }
+    }
+
+    fn flushes_on(&self, event: &NewEvent) -> bool {
+        self.kind == BufferKind::Subagent && event.event_type == EventType::SubagentEnd.as_str()
+    }
+}
+
+/// Process-wide counters behind the `subflow_event_store_*` metrics.
+#[derive(Debug, Default)]
+pub struct StoreCounters {
+    flush_failures: [AtomicU64; 2],
+    pending: [AtomicI64; 2],
+    spilled: [AtomicU64; 2],
+    rejected_chunks: AtomicU64,
+}
+
+impl StoreCounters {
+    /// `subflow_event_store_flush_failures_total{buffer}`.
+    pub fn flush_failures(&self, kind: BufferKind) -> u64 {
+        self.flush_failures[kind.index()].load(Ordering::Relaxed)
+    }
+
+    /// `subflow_event_store_pending_events{buffer}`: records emitted and not yet written.
+    pub fn pending(&self, kind: BufferKind) -> i64 {
+        self.pending[kind.index()].load(Ordering::Relaxed)
+    }
+
+    /// `subflow_event_store_spilled_events_total{buffer}`.
+    pub fn spilled(&self, kind: BufferKind) -> u64 {
+        self.spilled[kind.index()].load(Ordering::Relaxed)
+    }
+
+    /// Task event chunks that were not persisted because they were malformed.
+    pub fn rejected_chunks(&self) -> u64 {
+        self.rejected_chunks.load(Ordering::Relaxed)
+    }
+
+    fn add_pending(&self, kind: BufferKind, delta: i64) {
+        self.pending[kind.index()].fetch_add(delta, Ordering::Relaxed);
+    }
+}
+
+/// The run a buffer records for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventScope {
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// Run owner.
+    pub user_id: Option<String>,
+}
+
+enum Command {
+    Add(NewEvent),
+    Close(oneshot::Sender<()>),
+}
+
+/// A cheap-to-clone handle onto one run's buffer.
+#[derive(Debug, Clone)]
+pub struct EventBuffer {
+    scope: Arc<EventScope>,
+    kind: BufferKind,
+    tx: mpsc::UnboundedSender<Command>,
+    retry: RetryQueue,
+    counters: Arc<StoreCounters>,
+}
+
+impl EventBuffer {
+    /// Starts the buffer task of one run.
+    pub fn spawn(
+        store: Arc<dyn EventStore>,
+        scope: EventScope,
+        policy: BufferPolicy,
+        retry: RetryQueue,
+        counters: Arc<StoreCounters>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let kind = policy.kind;
+        let worker = BufferTask {
+            store,
+            policy,
+            pending: Vec::new(),
+            deadline: None,
+            retry: retry.clone(),
+            counters: counters.clone(),
+        };
+        let _detached: JoinHandle<()> = tokio::spawn(worker.run(rx));
+        EventBuffer {
+            scope: Arc::new(scope),
+            kind,
+            tx,
+            retry,
+            counters,
+        }
+    }
+
+    /// The run this buffer records for.
+    pub fn scope(&self) -> &EventScope {
+        &self.scope
+    }
+
+    /// Records one event of this run. Never waits on storage. An event that could
+    /// never be stored (bad type, category or thread) is refused here, whole.
+    pub fn record(
+        &self,
+        event_type: &str,
+        category: &str,
+        content: Value,
+        metadata: Map<String, Value>,
+    ) -> Result<()> {
+        let event = NewEvent::new(
+            self.scope.thread_id.as_str(),
+            self.scope.run_id.as_str(),
+            event_type,
+            category,
+            content,
+            metadata,
+        )
+        .with_user(self.scope.user_id.clone());
+        validate_batch(std::slice::from_ref(&event))?;
+        self.counters.add_pending(self.kind, 1);
+        if let Err(mpsc::error::SendError(Command::Add(event))) = self.tx.send(Command::Add(event))
+        {
+            // The buffer already closed: the record goes straight to the retry queue.
+            self.retry.push(self.kind, vec![event]);
+        }
+        Ok(())
+    }
+
+    /// Maps a live task event (SPEC §3.3) to its `subagent.*` record and records it.
+    /// A malformed chunk is counted, logged and not persisted.
+    pub fn record_task_event(&self, chunk: &Value) -> Result<(), RejectedChunk> {
+        let mapped = map_task_event(chunk).inspect_err(|reason| {
+            self.counters
+                .rejected_chunks
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(run_id = %self.scope.run_id, %reason, "task event not persisted");
+        })?;
+        let category = mapped.category();
+        self.record(
+            mapped.event_type.as_str(),
+            category.as_str(),
+            mapped.content,
+            mapped.metadata,
+        )
+        .expect("mapped task events always have a valid type and category");
+        Ok(())
+    }
+
+    /// Runs the final flush (with its retries) and stops the buffer. Records that are
+    /// still unwritten afterwards are handed to the retry queue. Idempotent.
+    pub async fn close(&self) {
+        let (done_tx, done_rx) = oneshot::channel();
+        if self.tx.send(Command::Close(done_tx)).is_ok() {
+            // An error means the task already finished its final flush.
+            let _ = done_rx.await;
+        }
+    }
+}
+
+struct BufferTask {
+    store: Arc<dyn EventStore>,
+    policy: BufferPolicy,
+    pending: Vec<NewEvent>,
+    /// When the time trigger fires next; set while records are pending.
+    deadline: Option<Instant>,
+    retry: RetryQueue,
+    counters: Arc<StoreCounters>,
+}
+
+impl BufferTask {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
+        loop {
+            let command = match self.deadline {
+                Some(deadline) => tokio::select! {
+                    command = rx.recv() => command,
+                    () = sleep_until(deadline) => {
+                        self.flush().await;
+                        continue;
+                    }
+                },
+                None => rx.recv().await,
+            };
+            match command {
+                Some(Command::Add(event)) => {
+                    let flush_now = self.policy.flushes_on(&event);
+                    self.push(event);
+                    if flush_now || self.pending.len() >= self.policy.threshold {
+                        self.flush().await;
+                    }
+                }
+                Some(Command::Close(done)) => {
+                    rx.close();
+                    while let Ok(command) = rx.try_recv() {
+                        if let Command::Add(event) = command {
+                            self.push(event);
+                        }
+                    }
+                    self.final_flush().await;
+                    let _ = done.send(());
+                    return;
+                }
+                None => {
+                    self.final_flush().await;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, event: NewEvent) {
+        if self.pending.is_empty() {
+            self.deadline = Some(Instant::now() + self.policy.flush_interval);
+        }
+        self.pending.push(event);
+    }
+
+    /// Writes every pending record in one batch. On failure the records stay pending,
+    /// ahead of anything added later, and the time trigger is re-armed.
+    async fn flush(&mut self) -> bool {
+        if self.pending.is_empty() {
+            self.deadline = None;
+            return true;
+        }
+        let kind = self.policy.kind;
+        match self.store.append(&self.pending).await {
+            Ok(_) => {
+                self.counters
+                    .add_pending(kind, -(self.pending.len() as i64));
+                self.pending.clear();
+                self.deadline = None;
+                true
+            }
+            Err(error) => {
+                self.counters.flush_failures[kind.index()].fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    buffer = kind.as_str(),
+                    pending = self.pending.len(),
+                    error = %error,
+                    "run event flush failed; records kept for retry"
+                );
+                self.deadline = Some(Instant::now() + self.policy.flush_interval);
+                false
+            }
+        }
+    }
+
+    async fn final_flush(&mut self) {
+        if self.flush().await {
+            return;
+        }
+        for delay in self.policy.final_retry_delays.clone() {
+            sleep(delay).await;
+            if self.flush().await {
+                return;
+            }
+        }
+        let kind = self.policy.kind;
+        let records = std::mem::take(&mut self.pending);
+        self.counters.add_pending(kind, -(records.len() as i64));
+        self.retry.push(kind, records);
+    }
+}
+
+/// How the retry queue retries and when it gives up to the spill file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// First wait after a failure.
+    pub initial_backoff: Duration,
+    /// Longest wait between attempts.
+    pub max_backoff: Duration,
+    /// Records unwritten for this long are spilled.
+    pub spill_after: Duration,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            initial_backoff: Duration::from_secs(1),
+            max_backoff: Duration::from_secs(30),
+            spill_after: Duration::from_secs(300),
+        }
+    }
+}
+
+enum RetryCommand {
+    Push(BufferKind, Vec<NewEvent>),
+    Shutdown(oneshot::Sender<()>),
+}
+
+/// A handle onto the process-wide queue of records that outlived their buffer.
+#[derive(Debug, Clone)]
+pub struct RetryQueue {
+    tx: mpsc::UnboundedSender<RetryCommand>,
+    spill: Arc<SpillFile>,
+    counters: Arc<StoreCounters>,
+}
+
+impl RetryQueue {
+    /// Starts the retry queue task.
+    pub fn spawn(
+        store: Arc<dyn EventStore>,
+        spill: Arc<SpillFile>,
+        policy: RetryPolicy,
+        counters: Arc<StoreCounters>,
+    ) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let worker = RetryTask {
+            store,
+            policy,
+            queue: VecDeque::new(),
+            spill: spill.clone(),
+            counters: counters.clone(),
+        };
+        let _detached: JoinHandle<()> = tokio::spawn(worker.run(rx));
+        RetryQueue {
+            tx,
+            spill,
+            counters,
+        }
+    }
+
+    /// Takes records that a buffer could not write.
+    pub fn push(&self, kind: BufferKind, records: Vec<NewEvent>) {
+        if records.is_empty() {
+            return;
+        }
+        self.counters.add_pending(kind, records.len() as i64);
+        if let Err(mpsc::error::SendError(RetryCommand::Push(kind, records))) =
+            self.tx.send(RetryCommand::Push(kind, records))
+        {
+            // The queue has shut down: spill at once rather than drop.
+            spill_records(&self.spill, &self.counters, kind, &records);
+        }
+    }
+
+    /// Spills everything still queued and stops the queue. Call after every buffer closed.
+    pub async fn shutdown(&self) {
+        let (done_tx, done_rx) = oneshot::channel();
+        if self.tx.send(RetryCommand::Shutdown(done_tx)).is_ok() {
+            let _ = done_rx.await;
+        }
+    }
+}
+
+struct RetryEntry {
+    kind: BufferKind,
+    records: Vec<NewEvent>,
+    since: Instant,
+}
+
+struct RetryTask {
+    store: Arc<dyn EventStore>,
+    policy: RetryPolicy,
+    queue: VecDeque<RetryEntry>,
+    spill: Arc<SpillFile>,
+    counters: Arc<StoreCounters>,
+}
+
+impl RetryTask {
+    async fn run(mut self, mut rx: mpsc::UnboundedReceiver<RetryCommand>) {
+        let mut backoff = self.policy.initial_backoff;
+        loop {
+            let command = if self.queue.is_empty() {
+                rx.recv().await
+            } else {
+                tokio::select! {
+                    command = rx.recv() => command,
+                    () = sleep(backoff) => {
+                        backoff = if self.retry_front().await {
+                            self.policy.initial_backoff
+                        } else {
+                            (backoff * 2).min(self.policy.max_backoff)
+                        };
+                        continue;
+                    }
+                }
+            };
+            match command {
+                Some(RetryCommand::Push(kind, records)) => self.queue.push_back(RetryEntry {
+                    kind,
+                    records,
+                    since: Instant::now(),
+                }),
+                Some(RetryCommand::Shutdown(done)) => {
+                    rx.close();
+                    while let Ok(RetryCommand::Push(kind, records)) = rx.try_recv() {
+                        self.queue.push_back(RetryEntry {
+                            kind,
+                            records,
+                            since: Instant::now(),
+                        });
+                    }
+                    self.spill_all();
+                    let _ = done.send(());
+                    return;
+                }
+                None => {
+                    self.spill_all();
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Retries the oldest entry; spills it once it has waited too long.
+    async fn retry_front(&mut self) -> bool {
+        let Some(entry) = self.queue.front() else {
+            return true;
+        };
+        match self.store.append(&entry.records).await {
+            Ok(_) => {
+                let entry = self.queue.pop_front().expect("front exists");
+                self.counters
+                    .add_pending(entry.kind, -(entry.records.len() as i64));
+                true
+            }
+            Err(error) => {
+                tracing::warn!(records = entry.records.len(), %error, "run event retry failed");
+                if entry.since.elapsed() >= self.policy.spill_after {
+                    let entry = self.queue.pop_front().expect("front exists");
+                    spill_records(&self.spill, &self.counters, entry.kind, &entry.records);
+                }
+                false
+            }
+        }
+    }
+
+    fn spill_all(&mut self) {
+        for entry in self.queue.drain(..) {
+            spill_records(&self.spill, &self.counters, entry.kind, &entry.records);
+        }
+    }
+}
+
+fn spill_records(
+    spill: &SpillFile,
+    counters: &StoreCounters,
+    kind: BufferKind,
+    records: &[NewEvent],
+) {
+    counters.add_pending(kind, -(records.len() as i64));
+    match spill.append(records) {
+        Ok(()) => {
+            counters.spilled[kind.index()].fetch_add(records.len() as u64, Ordering::Relaxed);
+            tracing::warn!(
+                records = records.len(),
+                path = %spill.path().display(),
+                "run events spilled to disk; they are re-applied at the next start"
+            );
+        }
+        Err(error) => tracing::error!(
+            records = records.len(),
+            path = %spill.path().display(),
+            %error,
+            "run events could not be spilled and are lost"
+        ),
+    }
+}

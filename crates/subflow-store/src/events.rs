@@ -1,0 +1,102 @@
+//! The run event store trait (SPEC §5.1) and its query (SPEC §6).
+
+use async_trait::async_trait;
+use subflow_contracts::{NewEvent, RunEvent};
+
+use crate::{Error, Result};
+
+/// The largest page `list_events` returns.
+pub const MAX_PAGE_LIMIT: u32 = 2000;
+
+/// What an append did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct AppendOutcome {
+    /// Rows written.
+    pub written: usize,
+    /// Records skipped because their `event_id` was already stored.
+    pub skipped: usize,
+}
+
+/// A page of one run's events: `limit` matches with `seq > after_seq`, ascending.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EventQuery {
+    /// Thread scope.
+    pub thread_id: String,
+    /// Run scope.
+    pub run_id: String,
+    /// Only these event types; `None` or empty means all.
+    pub event_types: Option<Vec<String>>,
+    /// Only records whose `metadata.task_id` equals this, applied before the limit.
+    pub task_id: Option<String>,
+    /// Only records with a greater `seq`.
+    pub after_seq: Option<i64>,
+    /// 1–2000.
+    pub limit: u32,
+}
+
+impl EventQuery {
+    /// The first page (500 records) of a run, unfiltered.
+    pub fn run(thread_id: impl Into<String>, run_id: impl Into<String>) -> Self {
+        EventQuery {
+            thread_id: thread_id.into(),
+            run_id: run_id.into(),
+            event_types: None,
+            task_id: None,
+            after_seq: None,
+            limit: 500,
+        }
+    }
+
+    /// Checks the bounds of SPEC §6: `limit` 1–2000 and `after_seq` ≥ 1.
+    pub fn validate(&self) -> Result<()> {
+        if !(1..=MAX_PAGE_LIMIT).contains(&self.limit) {
+            return Err(Error::InvalidQuery(format!(
+                "limit must be between 1 and {MAX_PAGE_LIMIT}, got {}",
+                self.limit
+            )));
+        }
+        if let Some(after) = self.after_seq
+            && after < 1
+        {
+            return Err(Error::InvalidQuery(format!(
+                "after_seq must be at least 1, got {after}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The type filter with an empty list treated as no filter.
+    pub fn type_filter(&self) -> Option<&[String]> {
+        self.event_types
+            .as_deref()
+            .filter(|types| !types.is_empty())
+    }
+
+    /// Whether a record matches the filters (scope, types, task, cursor), ignoring the limit.
+    pub fn matches(&self, event: &RunEvent) -> bool {
+        event.thread_id == self.thread_id
+            && event.run_id == self.run_id
+            && self.after_seq.is_none_or(|after| event.seq > after)
+            && self
+                .type_filter()
+                .is_none_or(|types| types.contains(&event.event_type))
+            && self.task_id.as_deref().is_none_or(|task| {
+                event.metadata.get("task_id").and_then(|v| v.as_str()) == Some(task)
+            })
+    }
+}
+
+/// Append-only storage of run events with a thread-global `seq`.
+#[async_trait]
+pub trait EventStore: Send + Sync + std::fmt::Debug {
+    /// Writes a batch atomically: every record of one thread gets the next `seq`
+    /// values in batch order, and records whose `event_id` is already stored are
+    /// skipped. An invalid batch is rejected whole before anything is written.
+    async fn append(&self, batch: &[NewEvent]) -> Result<AppendOutcome>;
+
+    /// One page of a run's events, ascending by `seq`.
+    async fn list_events(&self, query: &EventQuery) -> Result<Vec<RunEvent>>;
+
+    /// Every `message`-category record of a thread, ascending by `seq`.
+    async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>>;
+}

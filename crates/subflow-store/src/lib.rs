@@ -1,0 +1,33 @@
+//! Storage traits of subflow and everything that sits on them without knowing SQL:
+//! the in-memory store, batch validation, the per-run event buffer with its
+//! process-wide retry queue and spill file, and (feature `conformance`) the one
+//! conformance suite every backend runs.
+//!
+//! This crate knows no SQL and picks no backend: the `subflow-store-*` crates
+//! implement [`Store`], and only the binary chooses one.
+
+pub mod codec;
+mod error;
+mod events;
+mod memory;
+mod records;
+mod validate;
+
+pub mod buffer;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod spill;
+
+pub use error::{Error, Result};
+pub use events::{AppendOutcome, EventQuery, EventStore, MAX_PAGE_LIMIT};
+pub use memory::MemoryStore;
+pub use records::{
+    ModelUsage, NewRun, NewThread, RecordStore, RunRecord, RunStatusUpdate, RunUsage, ThreadRecord,
+    ThreadSearch,
+};
+pub use validate::{now_rfc3339, validate_batch};
+
+/// Everything a backend provides: run events plus thread and run records.
+pub trait Store: EventStore + RecordStore {}
+
+impl<T: EventStore + RecordStore> Store for T {}
