@@ -134,6 +134,9 @@ pub struct EventScope {
     pub user_id: Option<String>,
 }
 
+// Records travel unboxed: `Close` is sent once per run, so boxing every record to
+// shrink the rare variant would cost an allocation per event for nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     Add(NewEvent),
     Close(oneshot::Sender<()>),

@@ -401,7 +401,12 @@ pub async fn a_retried_batch_never_duplicates(store: Arc<dyn Store>) {
     let ids: HashSet<Uuid> = back.iter().map(|e| e.event_id).collect();
     assert_eq!(ids.len(), 6);
     assert_eq!(back.last().unwrap().content, json!("event 99"));
-    assert_strictly_increasing(&back);
+    let seqs: Vec<i64> = back.iter().map(|e| e.seq).collect();
+    assert_eq!(
+        seqs,
+        [1, 2, 3, 4, 5, 6],
+        "skipped records take no seq, as on every backend"
+    );
 }
 
 /// Over-long types and categories, mixed threads and bad thread ids are typed errors,
@@ -427,7 +432,8 @@ pub async fn invalid_input_is_a_typed_error_and_writes_nothing(store: Arc<dyn St
     );
     let other_thread = trace("t2", "r1", 1);
     let bad_thread = trace("bad thread!", "r1", 2);
-    let cases: [(Vec<NewEvent>, fn(&Error) -> bool); 5] = [
+    type IsExpected = fn(&Error) -> bool;
+    let cases: [(Vec<NewEvent>, IsExpected); 5] = [
         (vec![good.clone(), long_type], |e| {
             matches!(e, Error::InvalidEventType(_))
         }),

@@ -1,1 +1,83 @@
-fn main() {}
+//! The `subflow` binary: the command line and the composition root. It is the only
+//! crate that reads configuration and the only one that picks a storage backend.
+
+mod commands;
+mod storage;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit code for usage and configuration errors (SPEC §1.1).
+const EXIT_USAGE: u8 = 2;
+/// Exit code for runtime errors.
+const EXIT_RUNTIME: u8 = 1;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "subflow",
+    version,
+    about = "Runtime and HTTP gateway for LLM agents that delegate work to subagents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Migrate the database and start the gateway.
+    Serve(commands::serve::Args),
+    /// Apply the embedded migrations to the database.
+    Migrate(commands::migrate::Args),
+    /// Print the binary and contract versions.
+    Version,
+    /// Measure subflow's speed against a baseline taken in the same run.
+    #[command(subcommand)]
+    Bench(commands::bench::Bench),
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let code = if error.use_stderr() { EXIT_USAGE } else { 0 };
+            let _ = error.print();
+            return ExitCode::from(code);
+        }
+    };
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SUBFLOW_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("subflow: cannot start the async runtime: {error}");
+            return ExitCode::from(EXIT_RUNTIME);
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Serve(args) => commands::serve::run(args).await,
+            Command::Migrate(args) => commands::migrate::run(args).await,
+            Command::Version => commands::version::run(),
+            Command::Bench(bench) => commands::bench::run(bench).await,
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("subflow: {error:#}");
+            let usage = error.downcast_ref::<storage::UnsupportedUrl>().is_some()
+                || error.downcast_ref::<commands::UsageError>().is_some();
+            ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
+        }
+    }
+}

@@ -68,8 +68,8 @@ impl EventStore for FaultyStore {
         let faults = *self.faults.lock().unwrap();
         match faults {
             Some(Faults::Down) => Err(injected()),
-            Some(Faults::Intermittent) if call % 3 == 0 => Err(injected()),
-            Some(Faults::Intermittent) if call % 5 == 0 => {
+            Some(Faults::Intermittent) if call.is_multiple_of(3) => Err(injected()),
+            Some(Faults::Intermittent) if call.is_multiple_of(5) => {
                 self.inner.append(batch).await?;
                 Err(injected())
             }

@@ -1,0 +1,267 @@
+//! `subflow bench`: speed measurements that print ratios against a baseline taken in
+//! the same run. Run them on a release build.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Subcommand, ValueEnum};
+use serde_json::{Value, json};
+use subflow_contracts::NewEvent;
+use subflow_contracts::task_events::map_task_event;
+use subflow_store::buffer::{
+    BufferKind, BufferPolicy, EventBuffer, EventScope, RetryPolicy, RetryQueue, StoreCounters,
+};
+use subflow_store::spill::SpillFile;
+use subflow_store::{EventQuery, Store};
+
+use super::UsageError;
+use crate::storage::Backend;
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum Bench {
+    /// Run event ingest through the real buffer and store against the driver's ceiling,
+    /// then task-filtered paging.
+    Store(StoreArgs),
+}
+
+/// Which backend `bench store` measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BenchBackend {
+    /// A fresh SQLite file in a temporary directory.
+    Sqlite,
+    /// The PostgreSQL server at `--database-url`.
+    Postgres,
+}
+
+/// Arguments of `subflow bench store`.
+#[derive(Debug, clap::Args)]
+pub struct StoreArgs {
+    /// The backend to measure.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    backend: BenchBackend,
+    /// `subagent.step` records to write; at least 20,000 (one run of 2 × 10,000 steps).
+    #[arg(long, default_value_t = 100_000)]
+    events: usize,
+    /// PostgreSQL server for `--backend postgres`.
+    #[arg(
+        long = "database-url",
+        env = "SUBFLOW_TEST_PG_URL",
+        default_value = "postgres://postgres@127.0.0.1:5432/test"
+    )]
+    database_url: String,
+}
+
+/// Steps per task: one task of each run is paged through.
+const STEPS_PER_TASK: usize = 10_000;
+/// Tasks interleaved in each run.
+const TASKS_PER_RUN: usize = 2;
+/// Page size of the paging phase.
+const PAGE_LIMIT: u32 = 500;
+/// Passes over the paged task.
+const PAGE_PASSES: usize = 5;
+
+/// Runs a benchmark.
+pub async fn run(bench: Bench) -> anyhow::Result<()> {
+    match bench {
+        Bench::Store(args) => store(args).await,
+    }
+}
+
+async fn store(args: StoreArgs) -> anyhow::Result<()> {
+    let per_run = STEPS_PER_TASK * TASKS_PER_RUN;
+    if args.events < per_run {
+        return Err(UsageError(format!(
+            "--events must be at least {per_run} so that one task has {STEPS_PER_TASK} steps"
+        ))
+        .into());
+    }
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let url = match args.backend {
+        BenchBackend::Sqlite => format!("sqlite://{}", dir.path().join("bench.db").display()),
+        BenchBackend::Postgres => args.database_url.clone(),
+    };
+    let backend = Backend::open(&url, 4).await?;
+    let store = backend.store();
+    // Fresh ids each run, so an existing PostgreSQL database does not matter.
+    let tag = uuid::Uuid::new_v4().simple().to_string();
+    let thread = format!("bench-{}", &tag[..12]);
+    let ceiling_thread = format!("{thread}-ceiling");
+
+    let runs = args.events / per_run;
+    let events = runs * per_run;
+    eprintln!(
+        "bench store: {events} subagent.step records in {runs} runs, backend {:?}",
+        args.backend
+    );
+
+    let started = Instant::now();
+    ingest(&store, dir.path(), &thread, runs).await?;
+    let ingest_secs = started.elapsed().as_secs_f64();
+
+    let started = Instant::now();
+    ceiling(&backend, &ceiling_thread, runs).await?;
+    let ceiling_secs = started.elapsed().as_secs_f64();
+
+    let page_p50 = page(&store, &thread).await?;
+
+    let _ = store.delete_thread(&thread).await;
+    let _ = store.delete_thread(&ceiling_thread).await;
+    if let Backend::Sqlite(sqlite) = &backend {
+        sqlite.close().await;
+    }
+
+    let ingest_eps = events as f64 / ingest_secs;
+    let ceiling_eps = events as f64 / ceiling_secs;
+    println!(
+        "ingest_eps={:.0} ceiling_eps={:.0} ratio={:.3} page_p50_ms={:.3} rss_mb={:.1}",
+        ingest_eps,
+        ceiling_eps,
+        ingest_eps / ceiling_eps,
+        page_p50.as_secs_f64() * 1000.0,
+        peak_rss_mb()
+    );
+    Ok(())
+}
+
+/// The live task event of one step: ~300 bytes of content once mapped.
+fn step_chunk(task: &str, index: usize) -> Value {
+    json!({
+        "type": "task_running", "task_id": task, "message_index": index, "total_messages": index,
+        "message": {
+            "type": "ai", "id": format!("msg-{task}-{index}"),
+            "content": format!("Step {index:05}: read the design notes, compared the three storage options and wrote the findings to notes/{task}.md for the summary."),
+            "tool_calls": [{"id": format!("tc-{index}"), "name": "write_file", "args": {"path": format!("notes/{task}.md")}, "type": "tool_call"}]
+        },
+        "usage": {"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280},
+        "model_name": "scripted-1"
+    })
+}
+
+fn task_ids(run: usize) -> [String; TASKS_PER_RUN] {
+    [format!("call_{run:04}a"), format!("call_{run:04}b")]
+}
+
+/// The real path: live chunk → mapping → per-run buffer → batches of 25 → store.
+async fn ingest(
+    store: &Arc<dyn Store>,
+    dir: &std::path::Path,
+    thread: &str,
+    runs: usize,
+) -> anyhow::Result<()> {
+    let counters = Arc::new(StoreCounters::default());
+    let spill = Arc::new(SpillFile::in_dir(dir));
+    let retry = RetryQueue::spawn(
+        store.clone(),
+        spill.clone(),
+        RetryPolicy::default(),
+        counters.clone(),
+    );
+    for run in 0..runs {
+        let scope = EventScope {
+            thread_id: thread.into(),
+            run_id: format!("run-{run}"),
+            user_id: Some("bench".into()),
+        };
+        let policy = BufferPolicy::subagent(Duration::from_millis(250));
+        let buffer = EventBuffer::spawn(
+            store.clone(),
+            scope,
+            policy,
+            retry.clone(),
+            counters.clone(),
+        );
+        let tasks = task_ids(run);
+        for index in 1..=STEPS_PER_TASK {
+            for task in &tasks {
+                buffer
+                    .record_task_event(&step_chunk(task, index))
+                    .map_err(|reason| anyhow::anyhow!("bench chunk rejected: {reason}"))?;
+            }
+        }
+        buffer.close().await;
+    }
+    retry.shutdown().await;
+    if counters.flush_failures(BufferKind::Subagent) > 0 || spill.path().exists() {
+        bail!("the store failed writes during the benchmark; see the log above");
+    }
+    Ok(())
+}
+
+/// The same rows straight into the driver: one transaction per run, large statements.
+async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result<()> {
+    let mut next_seq = 1;
+    for run in 0..runs {
+        let tasks = task_ids(run);
+        let mut rows = Vec::with_capacity(STEPS_PER_TASK * TASKS_PER_RUN);
+        for index in 1..=STEPS_PER_TASK {
+            for task in &tasks {
+                let mapped =
+                    map_task_event(&step_chunk(task, index)).expect("bench chunks are valid");
+                let category = mapped.category();
+                rows.push(NewEvent::new(
+                    thread,
+                    format!("run-{run}"),
+                    mapped.event_type.as_str(),
+                    category.as_str(),
+                    mapped.content,
+                    mapped.metadata,
+                ));
+            }
+        }
+        match backend {
+            Backend::Sqlite(sqlite) => sqlite.insert_rows_unchecked(&rows, next_seq).await?,
+            Backend::Postgres(postgres) => postgres.insert_rows_unchecked(&rows, next_seq).await?,
+        }
+        next_seq += rows.len() as i64;
+    }
+    Ok(())
+}
+
+/// Pages through the first run's first task (10,000 steps) with `limit = 500`,
+/// filtered by `task_id`; returns the median page time.
+async fn page(store: &Arc<dyn Store>, thread: &str) -> anyhow::Result<Duration> {
+    let task = task_ids(0)[0].clone();
+    let mut times = Vec::new();
+    for _ in 0..PAGE_PASSES {
+        let mut query = EventQuery::run(thread, "run-0");
+        query.task_id = Some(task.clone());
+        query.limit = PAGE_LIMIT;
+        let mut seen = 0;
+        loop {
+            let started = Instant::now();
+            let page = store.list_events(&query).await?;
+            times.push(started.elapsed());
+            seen += page.len();
+            if page.len() < PAGE_LIMIT as usize {
+                break;
+            }
+            query.after_seq = page.last().map(|e| e.seq);
+        }
+        if seen != STEPS_PER_TASK {
+            bail!("paging returned {seen} steps, expected {STEPS_PER_TASK}");
+        }
+    }
+    times.sort();
+    Ok(times[times.len() / 2])
+}
+
+/// Peak resident set size of this process, from `/proc/self/status`.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}

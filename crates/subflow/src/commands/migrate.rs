@@ -1,0 +1,40 @@
+//! `subflow migrate`: applies the embedded migrations and re-applies spilled run events.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use subflow_store::spill::SpillFile;
+
+use super::DatabaseArgs;
+use crate::storage::{Backend, data_dir, redact};
+
+/// Arguments of `subflow migrate`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    #[command(flatten)]
+    database: DatabaseArgs,
+}
+
+/// Opens the database (which migrates it) and writes back any spilled run events.
+pub async fn open_and_recover(database: &DatabaseArgs) -> anyhow::Result<Backend> {
+    let backend = Backend::open(&database.url, database.max_connections).await?;
+    let spill = Arc::new(SpillFile::in_dir(&data_dir(&database.url)));
+    let recovered = spill
+        .reapply(&*backend.store())
+        .await
+        .context("re-applying spilled run events")?;
+    if recovered > 0 {
+        tracing::info!(records = recovered, path = %spill.path().display(), "re-applied spilled run events");
+    }
+    Ok(backend)
+}
+
+/// Runs `subflow migrate`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    open_and_recover(&args.database).await?;
+    eprintln!(
+        "subflow: database {} is migrated",
+        redact(&args.database.url)
+    );
+    Ok(())
+}

@@ -1,0 +1,28 @@
+//! One module per command.
+
+pub mod bench;
+pub mod migrate;
+pub mod serve;
+pub mod version;
+
+use clap::Args as ClapArgs;
+
+/// A command-line value that is out of range; exits with code 2.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+/// The database every command that touches storage opens.
+#[derive(Debug, Clone, ClapArgs)]
+pub struct DatabaseArgs {
+    /// Database URL: sqlite://PATH (default) or postgres://USER@HOST:PORT/DB.
+    #[arg(long = "database-url", env = "SUBFLOW__DATABASE__URL", default_value = crate::storage::DEFAULT_DATABASE_URL)]
+    pub url: String,
+    /// Connections in the pool.
+    #[arg(
+        long = "database-max-connections",
+        env = "SUBFLOW__DATABASE__MAX_CONNECTIONS",
+        default_value_t = 10
+    )]
+    pub max_connections: u32,
+}

@@ -1,0 +1,4 @@
+//! System tests of the `subflow` binary and the repository rules.
+
+mod cli;
+mod tidy;

@@ -1,0 +1,171 @@
+//! Repository rules that are checked, not just written down (STYLE §2, ARCHITECTURE.md).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .unwrap()
+}
+
+/// Each workspace crate's normal (non-dev, non-build) dependencies, from `cargo metadata`.
+fn workspace_dependencies() -> BTreeMap<String, Vec<String>> {
+    let output = Command::new(env!("CARGO"))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(root())
+        .output()
+        .expect("cargo metadata runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let metadata: Value = serde_json::from_slice(&output.stdout).unwrap();
+    metadata["packages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|package| {
+            let dependencies = package["dependencies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|d| d["kind"].is_null())
+                .map(|d| d["name"].as_str().unwrap().to_owned())
+                .collect();
+            (package["name"].as_str().unwrap().to_owned(), dependencies)
+        })
+        .collect()
+}
+
+const ASYNC_DATABASE_OR_HTTP: &[&str] = &[
+    "tokio",
+    "async-trait",
+    "futures",
+    "sqlx",
+    "rusqlite",
+    "axum",
+    "hyper",
+    "http",
+    "tower",
+    "tower-http",
+    "reqwest",
+];
+const SQL: &[&str] = &["sqlx", "rusqlite", "tokio-postgres"];
+const HTTP_SERVER: &[&str] = &["axum", "hyper", "http", "tower-http"];
+
+#[test]
+fn contracts_depend_on_no_internal_async_database_or_http_crate() {
+    let deps = &workspace_dependencies()["subflow-contracts"];
+    for dep in deps {
+        assert!(
+            !dep.starts_with("subflow"),
+            "subflow-contracts depends on {dep}"
+        );
+        assert!(
+            !ASYNC_DATABASE_OR_HTTP.contains(&dep.as_str()),
+            "subflow-contracts depends on {dep}"
+        );
+    }
+}
+
+#[test]
+fn only_store_backends_know_sql_and_only_the_binary_picks_one() {
+    for (krate, deps) in workspace_dependencies() {
+        let is_backend = krate.starts_with("subflow-store-");
+        for dep in &deps {
+            if SQL.contains(&dep.as_str()) {
+                assert!(
+                    is_backend,
+                    "{krate} depends on {dep}: only subflow-store-* crates know SQL"
+                );
+            }
+            if dep.starts_with("subflow-store-") {
+                assert_eq!(
+                    krate, "subflow",
+                    "{krate} depends on {dep}: only the binary picks a backend"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn only_the_gateway_knows_http_serving() {
+    for (krate, deps) in workspace_dependencies() {
+        for dep in &deps {
+            if HTTP_SERVER.contains(&dep.as_str()) {
+                assert_eq!(krate, "subflow-gateway", "{krate} depends on {dep}");
+            }
+        }
+    }
+}
+
+#[test]
+fn runtime_and_batches_reach_storage_only_through_the_store_traits() {
+    for (krate, deps) in workspace_dependencies() {
+        if krate == "subflow-runtime" || krate == "subflow-batches" {
+            for dep in &deps {
+                assert!(
+                    !dep.starts_with("subflow-store-") && !SQL.contains(&dep.as_str()),
+                    "{krate} depends on {dep}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn every_crate_states_its_purpose_and_uses_the_workspace_lints() {
+    let crates = root().join("crates");
+    for entry in std::fs::read_dir(&crates).unwrap() {
+        let dir = entry.unwrap().path();
+        let manifest = std::fs::read_to_string(dir.join("Cargo.toml")).unwrap();
+        assert!(
+            manifest.contains("[lints]\nworkspace = true"),
+            "{} does not use the workspace lints",
+            dir.display()
+        );
+        let entry_file = ["src/lib.rs", "src/main.rs"]
+            .iter()
+            .map(|f| dir.join(f))
+            .find(|p| p.exists())
+            .unwrap();
+        let source = std::fs::read_to_string(&entry_file).unwrap();
+        assert!(
+            source.starts_with("//!"),
+            "{} must open with a //! doc",
+            entry_file.display()
+        );
+    }
+}
+
+#[test]
+fn the_readme_test_command_is_what_ci_runs() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let first_screen: String = readme.lines().take(40).collect::<Vec<_>>().join("\n");
+    assert!(
+        first_screen.contains("cargo run --release -- serve"),
+        "README's first screen gives the run command"
+    );
+    assert!(
+        first_screen.contains("scripts/verify"),
+        "README's first screen gives the test command"
+    );
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(
+        ci.contains("scripts/verify"),
+        ".ci/run calls the README's test command"
+    );
+}
