@@ -1,7 +1,5 @@
 //! Run events (SPEC §5.1, §6): advisory-locked `seq` allocation and paged reads.
 
-use std::collections::HashSet;
-
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 use sqlx::postgres::{PgConnection, PgRow};
@@ -43,37 +41,22 @@ impl EventStore for PostgresStore {
             return Ok(AppendOutcome::default());
         };
         let thread_id = first.thread_id.as_str();
-        let mut tx = self.pool().begin().await.map_err(Error::backend)?;
-
-        // Serialises appends to one thread across every process until commit; the
-        // UNIQUE (thread_id, seq) constraint backs this up if the lock is ever bypassed.
-        sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))")
-            .bind(thread_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(Error::backend)?;
-        let last_seq: i64 =
-            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM run_events WHERE thread_id = $1")
-                .bind(thread_id)
-                .fetch_one(&mut *tx)
-                .await
-                .map_err(Error::backend)?;
-
-        // Drop already-stored and repeated event ids before numbering, so written rows get
-        // consecutive seqs exactly as in the reference store. ON CONFLICT below still
-        // covers an id racing in from another thread's append, which this lock does not hold.
-        let mut seen = stored_event_ids(&mut tx, batch).await?;
-        let fresh: Vec<&NewEvent> = batch.iter().filter(|e| seen.insert(e.event_id)).collect();
-
         let created_at = now_rfc3339();
-        let mut written = 0;
-        let mut next_seq = last_seq + 1;
-        for chunk in fresh.chunks(INSERT_CHUNK) {
-            let rows = EventColumns::new(chunk, next_seq);
-            next_seq += rows.seq.len() as i64;
-            written += insert_columns(&mut tx, thread_id, &created_at, rows).await? as usize;
-        }
-        tx.commit().await.map_err(Error::backend)?;
+        let refs: Vec<&NewEvent> = batch.iter().collect();
+        // `subflow_append_events` (migration 0002) takes the thread's advisory lock,
+        // allocates seqs and skips stored ids server-side: one round trip per chunk.
+        let written = if refs.len() <= INSERT_CHUNK {
+            let mut conn = self.pool().acquire().await.map_err(Error::backend)?;
+            append_chunk(&mut conn, thread_id, &created_at, &refs).await?
+        } else {
+            let mut tx = self.pool().begin().await.map_err(Error::backend)?;
+            let mut written = 0;
+            for chunk in refs.chunks(INSERT_CHUNK) {
+                written += append_chunk(&mut tx, thread_id, &created_at, chunk).await?;
+            }
+            tx.commit().await.map_err(Error::backend)?;
+            written
+        };
         Ok(AppendOutcome {
             written,
             skipped: batch.len() - written,
@@ -167,17 +150,31 @@ async fn insert_columns(
     Ok(result.rows_affected())
 }
 
-/// The batch's event ids that are already stored, in any thread.
-async fn stored_event_ids(conn: &mut PgConnection, batch: &[NewEvent]) -> Result<HashSet<Uuid>> {
-    let ids: Vec<String> = batch.iter().map(|e| e.event_id.to_string()).collect();
-    let stored: Vec<String> = sqlx::query_scalar(
-        "SELECT event_id::text FROM run_events WHERE event_id = ANY($1::text[]::uuid[])",
+/// Appends one chunk through `subflow_append_events`; returns the rows written.
+async fn append_chunk(
+    conn: &mut PgConnection,
+    thread_id: &str,
+    created_at: &str,
+    events: &[&NewEvent],
+) -> Result<usize> {
+    let rows = EventColumns::new(events, 1);
+    let written: i64 = sqlx::query_scalar(
+        "SELECT subflow_append_events($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8, $9, $10)",
     )
-    .bind(ids)
-    .fetch_all(conn)
+    .bind(thread_id)
+    .bind(created_at)
+    .bind(rows.event_id)
+    .bind(rows.run_id)
+    .bind(rows.event_type)
+    .bind(rows.category)
+    .bind(rows.content)
+    .bind(rows.metadata)
+    .bind(rows.task_id)
+    .bind(rows.user_id)
+    .fetch_one(conn)
     .await
     .map_err(Error::backend)?;
-    stored.iter().map(|id| parse_event_id(id)).collect()
+    Ok(written as usize)
 }
 
 /// One chunk of rows as parallel arrays, the shape `UNNEST` takes.
