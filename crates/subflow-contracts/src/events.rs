@@ -1,6 +1,7 @@
 //! The run event catalogue (SPEC §5.2) and the record envelope (SPEC §5.1).
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
 use uuid::Uuid;
 
@@ -101,9 +102,10 @@ impl MiddlewareTag {
     }
 }
 
-/// A record on its way into the store: everything but `seq` and `created_at`,
-/// which the store assigns when it writes the row.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// A record on its way into the store: everything but `seq` and `created_at`, which
+/// the store assigns when it writes the row. Content and metadata are serialised once,
+/// when the event is emitted, so a queued record is compact and a write only copies text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewEvent {
     /// Idempotency key (UUID v7), assigned when the event is emitted.
     pub event_id: Uuid,
@@ -115,10 +117,12 @@ pub struct NewEvent {
     pub event_type: String,
     /// 1–16 characters.
     pub category: String,
-    /// Any JSON.
-    pub content: Value,
-    /// Always an object; `task_id` in it is indexed.
-    pub metadata: Map<String, Value>,
+    /// Any JSON, serialised.
+    pub content: Box<RawValue>,
+    /// A JSON object, serialised.
+    pub metadata: Box<RawValue>,
+    /// `metadata.task_id` when it is a string: the column the `task_id` filter uses.
+    pub task_id: Option<String>,
     /// The run owner.
     pub user_id: Option<String>,
 }
@@ -133,14 +137,19 @@ impl NewEvent {
         content: Value,
         metadata: Map<String, Value>,
     ) -> Self {
+        let task_id = metadata
+            .get("task_id")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
         NewEvent {
             event_id: Uuid::now_v7(),
             thread_id: thread_id.into(),
             run_id: run_id.into(),
             event_type: event_type.into(),
             category: category.into(),
-            content,
-            metadata,
+            content: to_raw_value(&content).expect("a JSON value always serialises"),
+            metadata: to_raw_value(&metadata).expect("a JSON object always serialises"),
+            task_id,
             user_id: None,
         }
     }
@@ -151,9 +160,19 @@ impl NewEvent {
         self
     }
 
-    /// `metadata.task_id` when it is a string: the column the `task_id` filter uses.
+    /// The indexed `metadata.task_id`.
     pub fn task_id(&self) -> Option<&str> {
-        self.metadata.get("task_id").and_then(Value::as_str)
+        self.task_id.as_deref()
+    }
+
+    /// The content, parsed.
+    pub fn content_value(&self) -> Value {
+        serde_json::from_str(self.content.get()).expect("content was serialised from a JSON value")
+    }
+
+    /// The metadata object, parsed; empty if a spilled record carried something else.
+    pub fn metadata_map(&self) -> Map<String, Value> {
+        serde_json::from_str(self.metadata.get()).unwrap_or_default()
     }
 }
 

@@ -184,8 +184,8 @@ struct EventColumns<'a> {
     seq: Vec<i64>,
     event_type: Vec<&'a str>,
     category: Vec<&'a str>,
-    content: Vec<String>,
-    metadata: Vec<String>,
+    content: Vec<&'a str>,
+    metadata: Vec<&'a str>,
     task_id: Vec<Option<&'a str>>,
     user_id: Vec<Option<&'a str>>,
 }
@@ -199,8 +199,8 @@ impl<'a> EventColumns<'a> {
             seq: (first_seq..).take(events.len()).collect(),
             event_type: events.iter().map(|e| e.event_type.as_str()).collect(),
             category: events.iter().map(|e| e.category.as_str()).collect(),
-            content: events.iter().map(|e| value_text(&e.content)).collect(),
-            metadata: events.iter().map(|e| object_text(&e.metadata)).collect(),
+            content: events.iter().map(|e| e.content.get()).collect(),
+            metadata: events.iter().map(|e| e.metadata.get()).collect(),
             task_id: events.iter().map(|e| e.task_id()).collect(),
             user_id: events.iter().map(|e| e.user_id.as_deref()).collect(),
         }

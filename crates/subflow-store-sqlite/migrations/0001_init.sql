@@ -38,13 +38,22 @@ CREATE TABLE runs (
 );
 CREATE INDEX runs_by_thread ON runs (thread_id, created_at);
 
--- Clustered by (thread_id, seq): seq is thread-global and allocated inside the
--- BEGIN IMMEDIATE writer transaction as MAX(seq) + 1.
+-- The last seq handed out per thread. seq is allocated from here inside the
+-- BEGIN IMMEDIATE writer transaction, so run_events needs no (thread_id, seq) index
+-- and a seq is never reused, even after a run is deleted.
+CREATE TABLE thread_seq (
+    thread_id TEXT PRIMARY KEY NOT NULL,
+    last_seq  INTEGER NOT NULL
+) WITHOUT ROWID;
+
+-- Clustered by (thread_id, run_id, seq), the order every /events page reads. Three
+-- b-trees per step row: the table, the event_id key and the task index; the message
+-- index only holds message rows.
 CREATE TABLE run_events (
     thread_id  TEXT NOT NULL,
-    seq        INTEGER NOT NULL,
     run_id     TEXT NOT NULL,
-    event_id   BLOB NOT NULL UNIQUE,
+    seq        INTEGER NOT NULL,
+    event_id   BLOB NOT NULL,
     event_type TEXT NOT NULL,
     category   TEXT NOT NULL,
     content    TEXT NOT NULL,
@@ -52,7 +61,8 @@ CREATE TABLE run_events (
     task_id    TEXT,
     user_id    TEXT,
     created_at TEXT NOT NULL,
-    PRIMARY KEY (thread_id, seq)
+    PRIMARY KEY (thread_id, run_id, seq)
 ) WITHOUT ROWID;
-CREATE INDEX run_events_by_run ON run_events (thread_id, run_id, seq);
+CREATE UNIQUE INDEX run_events_by_event_id ON run_events (event_id);
 CREATE INDEX run_events_by_task ON run_events (thread_id, run_id, task_id, seq) WHERE task_id IS NOT NULL;
+CREATE INDEX run_events_messages ON run_events (thread_id, seq) WHERE category = 'message';

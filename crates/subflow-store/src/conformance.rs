@@ -357,8 +357,13 @@ pub async fn batch_order_is_seq_order_and_records_round_trip(store: Arc<dyn Stor
         assert_eq!(read.event_id, written.event_id);
         assert_eq!(read.event_type, written.event_type);
         assert_eq!(read.category, written.category);
-        assert_eq!(read.content, written.content);
-        assert_eq!(read.metadata, written.metadata);
+        assert_eq!(read.content, written.content_value());
+        assert_eq!(read.metadata, written.metadata_map());
+        assert_eq!(
+            serde_json::to_string(&read.content).unwrap(),
+            written.content.get(),
+            "text kept"
+        );
         assert_eq!(read.user_id.as_deref(), Some("u1"));
         assert_eq!(read.thread_id, "t1");
         assert_eq!(read.run_id, "r1");

@@ -92,9 +92,15 @@ async fn the_task_filter_applies_before_the_limit() {
         .map(|n| task_event("t1", "r1", "task-a", n))
         .collect();
     batch.extend((10..15).map(|n| task_event("t1", "r1", "task-b", n)));
-    let mut numeric = event("t1", "r1", "subagent.step", json!(null));
-    numeric.metadata.insert("task_id".to_owned(), json!(7));
-    batch.push(numeric);
+    let numeric_task = serde_json::Map::from_iter([("task_id".to_owned(), json!(7))]);
+    batch.push(NewEvent::new(
+        "t1",
+        "r1",
+        "subagent.step",
+        "subagent",
+        json!(null),
+        numeric_task,
+    ));
     store.append(&batch).await.unwrap();
 
     let query = EventQuery {

@@ -189,12 +189,13 @@ async fn ingest(
     Ok(())
 }
 
-/// The same rows straight into the driver: one transaction per run, large statements.
+/// The same rows straight into the driver, one transaction per chunk of
+/// [`CEILING_CHUNK`] rows (large statements, no validation or seq allocation).
 async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result<()> {
     let mut next_seq = 1;
     for run in 0..runs {
         let tasks = task_ids(run);
-        let mut rows = Vec::with_capacity(STEPS_PER_TASK * TASKS_PER_RUN);
+        let mut rows = Vec::with_capacity(CEILING_CHUNK);
         for index in 1..=STEPS_PER_TASK {
             for task in &tasks {
                 let mapped =
@@ -209,15 +210,26 @@ async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result
                     mapped.metadata,
                 ));
             }
+            if rows.len() >= CEILING_CHUNK || index == STEPS_PER_TASK {
+                match backend {
+                    Backend::Sqlite(sqlite) => {
+                        sqlite.insert_rows_unchecked(&rows, next_seq).await?
+                    }
+                    Backend::Postgres(postgres) => {
+                        postgres.insert_rows_unchecked(&rows, next_seq).await?
+                    }
+                }
+                next_seq += rows.len() as i64;
+                rows.clear();
+            }
         }
-        match backend {
-            Backend::Sqlite(sqlite) => sqlite.insert_rows_unchecked(&rows, next_seq).await?,
-            Backend::Postgres(postgres) => postgres.insert_rows_unchecked(&rows, next_seq).await?,
-        }
-        next_seq += rows.len() as i64;
     }
     Ok(())
 }
+
+/// Rows per ceiling insert: large enough to amortise the transaction, small enough
+/// that the rows in hand do not dominate the peak RSS.
+const CEILING_CHUNK: usize = 2_000;
 
 /// Pages through the first run's first task (10,000 steps) with `limit = 500`,
 /// filtered by `task_id`; returns the median page time.
