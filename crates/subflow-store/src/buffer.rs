@@ -24,6 +24,10 @@ use tokio::time::{Instant, sleep, sleep_until};
 use crate::spill::SpillFile;
 use crate::{EventStore, Result, validate_batch};
 
+/// Most records taken from the channel before the flush trigger is checked, which
+/// bounds one write transaction.
+const MAX_DRAIN: usize = 1000;
+
 /// Which buffer a record went through, the `buffer` label of the store metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BufferKind {
@@ -91,6 +95,7 @@ impl BufferPolicy {
 /// Process-wide counters behind the `subflow_event_store_*` metrics.
 #[derive(Debug, Default)]
 pub struct StoreCounters {
+    flushes: [AtomicU64; 2],
     flush_failures: [AtomicU64; 2],
     pending: [AtomicI64; 2],
     spilled: [AtomicU64; 2],
@@ -98,6 +103,11 @@ pub struct StoreCounters {
 }
 
 impl StoreCounters {
+    /// Successful batch writes.
+    pub fn flushes(&self, kind: BufferKind) -> u64 {
+        self.flushes[kind.index()].load(Ordering::Relaxed)
+    }
+
     /// `subflow_event_store_flush_failures_total{buffer}`.
     pub fn flush_failures(&self, kind: BufferKind) -> u64 {
         self.flush_failures[kind.index()].load(Ordering::Relaxed)
@@ -258,7 +268,7 @@ struct BufferTask {
 impl BufferTask {
     async fn run(mut self, mut rx: mpsc::UnboundedReceiver<Command>) {
         loop {
-            let command = match self.deadline {
+            let mut next = match self.deadline {
                 Some(deadline) => tokio::select! {
                     command = rx.recv() => command,
                     () = sleep_until(deadline) => {
@@ -268,29 +278,44 @@ impl BufferTask {
                 },
                 None => rx.recv().await,
             };
-            match command {
-                Some(Command::Add(event)) => {
-                    let flush_now = self.policy.flushes_on(&event);
-                    self.push(event);
-                    if flush_now || self.pending.len() >= self.policy.threshold {
-                        self.flush().await;
+            // Records already sent are pending too: take every one that is waiting, so a
+            // flush writes all of them in one batch. Under load that is one commit for
+            // many records instead of one per 25.
+            let mut flush_now = false;
+            let mut taken = 0;
+            let closing = loop {
+                match next {
+                    Some(Command::Add(event)) => {
+                        flush_now |= self.policy.flushes_on(&event);
+                        self.push(event);
+                    }
+                    Some(Command::Close(done)) => break Some(Some(done)),
+                    None => break Some(None),
+                }
+                taken += 1;
+                if taken >= MAX_DRAIN {
+                    break None;
+                }
+                match rx.try_recv() {
+                    Ok(command) => next = Some(command),
+                    Err(_) => break None,
+                }
+            };
+            if let Some(done) = closing {
+                rx.close();
+                while let Ok(command) = rx.try_recv() {
+                    if let Command::Add(event) = command {
+                        self.push(event);
                     }
                 }
-                Some(Command::Close(done)) => {
-                    rx.close();
-                    while let Ok(command) = rx.try_recv() {
-                        if let Command::Add(event) = command {
-                            self.push(event);
-                        }
-                    }
-                    self.final_flush().await;
+                self.final_flush().await;
+                if let Some(done) = done {
                     let _ = done.send(());
-                    return;
                 }
-                None => {
-                    self.final_flush().await;
-                    return;
-                }
+                return;
+            }
+            if flush_now || self.pending.len() >= self.policy.threshold {
+                self.flush().await;
             }
         }
     }
@@ -312,6 +337,7 @@ impl BufferTask {
         let kind = self.policy.kind;
         match self.store.append(&self.pending).await {
             Ok(_) => {
+                self.counters.flushes[kind.index()].fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .add_pending(kind, -(self.pending.len() as i64));
                 self.pending.clear();

@@ -4,11 +4,6 @@
 mod commands;
 mod storage;
 
-/// The run event path allocates many small JSON values from several threads; mimalloc's
-/// per-thread heaps avoid glibc's arena lock contention there (see `subflow bench store`).
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};

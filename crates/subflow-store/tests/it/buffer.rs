@@ -233,6 +233,30 @@ async fn twenty_five_pending_records_flush_as_one_batch() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_backlog_that_is_already_waiting_goes_out_in_the_same_batch() {
+    let h = harness(None);
+    for index in 1..=60 {
+        h.buffer
+            .record_task_event(&running("call_a", index))
+            .unwrap();
+    }
+    settle().await;
+    assert_eq!(
+        h.store.batch_sizes(),
+        [60],
+        "records sent before the flush are pending too"
+    );
+    let indexes: Vec<u64> = h
+        .store
+        .run_events()
+        .await
+        .iter()
+        .map(|e| e.content["message_index"].as_u64().unwrap())
+        .collect();
+    assert_eq!(indexes, (1..=60).collect::<Vec<_>>());
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_subagent_end_flushes_at_once_together_with_earlier_steps() {
     let h = harness(None);
     h.buffer.record_task_event(&started("call_a")).unwrap();

@@ -96,13 +96,12 @@ async fn store(args: StoreArgs) -> anyhow::Result<()> {
         args.backend
     );
 
-    let started = Instant::now();
-    ingest(&store, dir.path(), &thread, runs).await?;
-    let ingest_secs = started.elapsed().as_secs_f64();
-
-    let started = Instant::now();
-    ceiling(&backend, &ceiling_thread, runs).await?;
-    let ceiling_secs = started.elapsed().as_secs_f64();
+    let ingest_secs = ingest(&store, dir.path(), &thread, runs)
+        .await?
+        .as_secs_f64();
+    let ceiling_secs = ceiling(&backend, &ceiling_thread, runs)
+        .await?
+        .as_secs_f64();
 
     let page_p50 = page(&store, &thread).await?;
 
@@ -143,13 +142,27 @@ fn task_ids(run: usize) -> [String; TASKS_PER_RUN] {
     [format!("call_{run:04}a"), format!("call_{run:04}b")]
 }
 
-/// The real path: live chunk → mapping → per-run buffer → batches of 25 → store.
+/// Events per timed slice: chunks and rows are built untimed a slice at a time, so the
+/// benchmark's own data generation is neither timed nor held in memory all at once.
+const SLICE: usize = 2_000;
+
+/// The live task events of one slice of a run: steps `first..first + SLICE / 2` of both tasks.
+fn slice_chunks(run: usize, first: usize) -> Vec<Value> {
+    let tasks = task_ids(run);
+    (first..first + SLICE / TASKS_PER_RUN)
+        .flat_map(|index| tasks.iter().map(move |task| step_chunk(task, index)))
+        .collect()
+}
+
+/// The real path, timed from the live chunk to the committed row: mapping, the per-run
+/// buffer (batches of 25) and the store. Each slice is timed until its buffer has
+/// closed, that is until every record of it is written.
 async fn ingest(
     store: &Arc<dyn Store>,
     dir: &std::path::Path,
     thread: &str,
     runs: usize,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Duration> {
     let counters = Arc::new(StoreCounters::default());
     let spill = Arc::new(SpillFile::in_dir(dir));
     let retry = RetryQueue::spawn(
@@ -158,78 +171,81 @@ async fn ingest(
         RetryPolicy::default(),
         counters.clone(),
     );
+    let mut timed = Duration::ZERO;
     for run in 0..runs {
-        let scope = EventScope {
-            thread_id: thread.into(),
-            run_id: format!("run-{run}"),
-            user_id: Some("bench".into()),
-        };
-        let policy = BufferPolicy::subagent(Duration::from_millis(250));
-        let buffer = EventBuffer::spawn(
-            store.clone(),
-            scope,
-            policy,
-            retry.clone(),
-            counters.clone(),
-        );
-        let tasks = task_ids(run);
-        for index in 1..=STEPS_PER_TASK {
-            for task in &tasks {
+        for first in (1..=STEPS_PER_TASK).step_by(SLICE / TASKS_PER_RUN) {
+            let chunks = slice_chunks(run, first);
+            let started = Instant::now();
+            let scope = EventScope {
+                thread_id: thread.into(),
+                run_id: format!("run-{run}"),
+                user_id: Some("bench".into()),
+            };
+            let policy = BufferPolicy::subagent(Duration::from_millis(250));
+            let buffer = EventBuffer::spawn(
+                store.clone(),
+                scope,
+                policy,
+                retry.clone(),
+                counters.clone(),
+            );
+            for chunk in &chunks {
                 buffer
-                    .record_task_event(&step_chunk(task, index))
+                    .record_task_event(chunk)
                     .map_err(|reason| anyhow::anyhow!("bench chunk rejected: {reason}"))?;
             }
+            buffer.close().await;
+            timed += started.elapsed();
         }
-        buffer.close().await;
     }
     retry.shutdown().await;
     if counters.flush_failures(BufferKind::Subagent) > 0 || spill.path().exists() {
         bail!("the store failed writes during the benchmark; see the log above");
     }
-    Ok(())
+    let flushes = counters.flushes(BufferKind::Subagent).max(1);
+    eprintln!(
+        "ingest: {} batch writes, {:.1} records per batch (25 unless a backlog was waiting)",
+        flushes,
+        (runs * STEPS_PER_TASK * TASKS_PER_RUN) as f64 / flushes as f64
+    );
+    Ok(timed)
 }
 
-/// The same rows straight into the driver, one transaction per chunk of
-/// [`CEILING_CHUNK`] rows (large statements, no validation or seq allocation).
-async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result<()> {
+/// The same rows straight into the driver, timed per slice: one transaction of
+/// [`SLICE`] rows through large statements, with no validation or seq allocation.
+async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result<Duration> {
     let mut next_seq = 1;
+    let mut timed = Duration::ZERO;
     for run in 0..runs {
-        let tasks = task_ids(run);
-        let mut rows = Vec::with_capacity(CEILING_CHUNK);
-        for index in 1..=STEPS_PER_TASK {
-            for task in &tasks {
-                let mapped =
-                    map_task_event(&step_chunk(task, index)).expect("bench chunks are valid");
-                let category = mapped.category();
-                rows.push(NewEvent::new(
-                    thread,
-                    format!("run-{run}"),
-                    mapped.event_type.as_str(),
-                    category.as_str(),
-                    mapped.content,
-                    mapped.metadata,
-                ));
-            }
-            if rows.len() >= CEILING_CHUNK || index == STEPS_PER_TASK {
-                match backend {
-                    Backend::Sqlite(sqlite) => {
-                        sqlite.insert_rows_unchecked(&rows, next_seq).await?
-                    }
-                    Backend::Postgres(postgres) => {
-                        postgres.insert_rows_unchecked(&rows, next_seq).await?
-                    }
+        for first in (1..=STEPS_PER_TASK).step_by(SLICE / TASKS_PER_RUN) {
+            let rows: Vec<NewEvent> = slice_chunks(run, first)
+                .iter()
+                .map(|chunk| {
+                    let mapped = map_task_event(chunk).expect("bench chunks are valid");
+                    let category = mapped.category();
+                    NewEvent::new(
+                        thread,
+                        format!("run-{run}"),
+                        mapped.event_type.as_str(),
+                        category.as_str(),
+                        mapped.content,
+                        mapped.metadata,
+                    )
+                })
+                .collect();
+            let started = Instant::now();
+            match backend {
+                Backend::Sqlite(sqlite) => sqlite.insert_rows_unchecked(&rows, next_seq).await?,
+                Backend::Postgres(postgres) => {
+                    postgres.insert_rows_unchecked(&rows, next_seq).await?
                 }
-                next_seq += rows.len() as i64;
-                rows.clear();
             }
+            timed += started.elapsed();
+            next_seq += rows.len() as i64;
         }
     }
-    Ok(())
+    Ok(timed)
 }
-
-/// Rows per ceiling insert: large enough to amortise the transaction, small enough
-/// that the rows in hand do not dominate the peak RSS.
-const CEILING_CHUNK: usize = 2_000;
 
 /// Pages through the first run's first task (10,000 steps) with `limit = 500`,
 /// filtered by `task_id`; returns the median page time.
