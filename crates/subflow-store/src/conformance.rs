@@ -59,6 +59,7 @@ macro_rules! conformance_tests {
             a_retried_batch_never_duplicates,
             invalid_input_is_a_typed_error_and_writes_nothing,
             task_filter_applies_before_the_limit,
+            a_batch_larger_than_one_statement_keeps_its_order,
             type_filter_and_cursor,
             paging_with_limit_one_equals_the_full_list,
             queries_are_scoped_to_thread_and_run,
@@ -505,7 +506,41 @@ pub async fn task_filter_applies_before_the_limit(store: Arc<dyn Store>) {
     assert_eq!(rest.len(), 6);
     query.task_id = Some("call_missing".into());
     assert!(store.list_events(&query).await.unwrap().is_empty());
+    let numeric = Map::from_iter([("task_id".to_owned(), json!(7))]);
+    store
+        .append(&[NewEvent::new(
+            "t1",
+            "r1",
+            "llm.error",
+            "trace",
+            json!(null),
+            numeric,
+        )])
+        .await
+        .unwrap();
+    query.task_id = Some("7".into());
+    query.after_seq = None;
+    assert!(
+        store.list_events(&query).await.unwrap().is_empty(),
+        "a non-string task_id is not indexed"
+    );
     assert_conforms(&[page, rest].concat());
+}
+
+/// A batch of 2,500 records (more than one insert statement on every backend) is one
+/// atomic write numbered in order.
+pub async fn a_batch_larger_than_one_statement_keeps_its_order(store: Arc<dyn Store>) {
+    let batch: Vec<NewEvent> = (0..2500)
+        .map(|n| event("t1", "r1", "llm.error", "trace", json!(n), json!({})))
+        .collect();
+    let outcome = store.append(&batch).await.unwrap();
+    assert_eq!((outcome.written, outcome.skipped), (2500, 0));
+    let all = all_events(&*store, "t1", "r1").await;
+    assert_eq!(
+        all.iter().map(|e| e.seq).collect::<Vec<_>>(),
+        (1..=2500).collect::<Vec<i64>>()
+    );
+    assert!(all.iter().enumerate().all(|(n, e)| e.content == json!(n)));
 }
 
 /// Type filters select listed types; an empty list means no filter; the cursor excludes ≤ after_seq.

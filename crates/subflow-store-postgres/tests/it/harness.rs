@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 use subflow_contracts::NewEvent;
 use subflow_store_postgres::PostgresStore;
@@ -53,14 +53,6 @@ impl TestDb {
         }
     }
 
-    /// Rows stored for a thread, every run included.
-    pub async fn count_events(&self, thread_id: &str) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM run_events WHERE thread_id = $1")
-            .bind(thread_id)
-            .fetch_one(self.store.pool())
-            .await
-            .expect("count run_events")
-    }
 }
 
 impl Drop for TestDb {
@@ -125,20 +117,6 @@ pub fn with_database(url: &str, database: &str) -> String {
 /// A trace event of `run_id` with `content`.
 pub fn event(thread_id: &str, run_id: &str, event_type: &str, content: Value) -> NewEvent {
     NewEvent::new(thread_id, run_id, event_type, "trace", content, Map::new())
-}
-
-/// A `subagent.step` event of task `task_id`, numbered `n`.
-pub fn task_event(thread_id: &str, run_id: &str, task_id: &str, n: usize) -> NewEvent {
-    let mut metadata = Map::new();
-    metadata.insert("task_id".to_owned(), json!(task_id));
-    NewEvent::new(
-        thread_id,
-        run_id,
-        "subagent.step",
-        "subagent",
-        json!({ "n": n }),
-        metadata,
-    )
 }
 
 #[test]

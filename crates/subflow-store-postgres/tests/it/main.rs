@@ -5,9 +5,7 @@
 //! An unreachable server fails the tests rather than skipping them.
 
 mod concurrency;
-mod events;
 mod harness;
-mod records;
 
 use std::sync::Arc;
 
