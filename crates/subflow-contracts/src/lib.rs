@@ -9,6 +9,7 @@ mod macros;
 
 pub mod events;
 pub mod ids;
+pub mod messages;
 pub mod status;
 pub mod task_events;
 pub mod text;

@@ -52,7 +52,6 @@ impl TestDb {
             name,
         }
     }
-
 }
 
 impl Drop for TestDb {

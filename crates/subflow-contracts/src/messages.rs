@@ -1,0 +1,267 @@
+//! LangChain-shaped messages (SPEC §2.3), as threads, checkpoints, task events and the
+//! runs API carry them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::task_events::flatten_content;
+
+/// A message of a conversation, tagged by `type`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum Message {
+    /// From the user.
+    Human(HumanMessage),
+    /// From a model.
+    Ai(AiMessage),
+    /// A tool's result.
+    Tool(ToolMessage),
+    /// Instructions.
+    System(SystemMessage),
+}
+
+/// A user message.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct HumanMessage {
+    /// A string or a list of content blocks.
+    pub content: Value,
+    /// Message id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Optional name (e.g. `loop_warning`).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Extra provider or framework data.
+    #[serde(default)]
+    pub additional_kwargs: Map<String, Value>,
+    /// Response data.
+    #[serde(default)]
+    pub response_metadata: Map<String, Value>,
+}
+
+/// A system message.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct SystemMessage {
+    /// A string or a list of content blocks.
+    pub content: Value,
+    /// Message id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Optional name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Extra data.
+    #[serde(default)]
+    pub additional_kwargs: Map<String, Value>,
+    /// Response data.
+    #[serde(default)]
+    pub response_metadata: Map<String, Value>,
+}
+
+/// A model's reply.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct AiMessage {
+    /// A string or a list of content blocks.
+    pub content: Value,
+    /// Message id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Optional name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Extra data, e.g. `deerflow_error_fallback`.
+    #[serde(default)]
+    pub additional_kwargs: Map<String, Value>,
+    /// `model_name` and `finish_reason`.
+    #[serde(default)]
+    pub response_metadata: Map<String, Value>,
+    /// Tool calls the model asked for.
+    #[serde(default)]
+    pub tool_calls: Vec<ToolCall>,
+    /// Tool calls whose arguments did not parse.
+    #[serde(default)]
+    pub invalid_tool_calls: Vec<Value>,
+    /// Token usage of the call.
+    #[serde(default)]
+    pub usage_metadata: Option<UsageMetadata>,
+}
+
+/// One requested tool call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The provider's `tool_call_id`; a task's public `task_id`.
+    pub id: String,
+    /// Tool name.
+    pub name: String,
+    /// Arguments, a JSON object.
+    pub args: Value,
+    /// Always `tool_call`.
+    #[serde(rename = "type", default = "tool_call_type")]
+    pub kind: String,
+}
+
+fn tool_call_type() -> String {
+    "tool_call".to_owned()
+}
+
+impl ToolCall {
+    /// A tool call with the `tool_call` type.
+    pub fn new(id: impl Into<String>, name: impl Into<String>, args: Value) -> Self {
+        ToolCall {
+            id: id.into(),
+            name: name.into(),
+            args,
+            kind: tool_call_type(),
+        }
+    }
+}
+
+/// Token usage of one model call; input includes cached input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct UsageMetadata {
+    /// Input tokens, cached ones included.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Total tokens.
+    pub total_tokens: u64,
+    /// Details of the input.
+    #[serde(default)]
+    pub input_token_details: InputTokenDetails,
+}
+
+/// Details of the input tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct InputTokenDetails {
+    /// Input tokens served from the provider's cache.
+    #[serde(default)]
+    pub cache_read: u64,
+}
+
+/// `status` of a tool message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolStatus {
+    /// The tool ran.
+    #[default]
+    Success,
+    /// The tool failed; the content says why.
+    Error,
+}
+
+/// A tool's result.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ToolMessage {
+    /// A string or a list of content blocks.
+    pub content: Value,
+    /// Message id.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// The tool's name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Extra data, e.g. the task status contract (SPEC §4.1).
+    #[serde(default)]
+    pub additional_kwargs: Map<String, Value>,
+    /// Response data.
+    #[serde(default)]
+    pub response_metadata: Map<String, Value>,
+    /// The call this answers.
+    pub tool_call_id: String,
+    /// success or error.
+    #[serde(default)]
+    pub status: ToolStatus,
+    /// Structured result, if any.
+    #[serde(default)]
+    pub artifact: Value,
+}
+
+impl Message {
+    /// The message id.
+    pub fn id(&self) -> Option<&str> {
+        match self {
+            Message::Human(m) => m.id.as_deref(),
+            Message::Ai(m) => m.id.as_deref(),
+            Message::Tool(m) => m.id.as_deref(),
+            Message::System(m) => m.id.as_deref(),
+        }
+    }
+
+    /// The content, a string or a list of blocks.
+    pub fn content(&self) -> &Value {
+        match self {
+            Message::Human(m) => &m.content,
+            Message::Ai(m) => &m.content,
+            Message::Tool(m) => &m.content,
+            Message::System(m) => &m.content,
+        }
+    }
+
+    /// The content flattened to text.
+    pub fn text(&self) -> String {
+        flatten_content(Some(self.content()))
+    }
+
+    /// A human message with text content.
+    pub fn human(text: impl Into<String>) -> Self {
+        Message::Human(HumanMessage {
+            content: Value::String(text.into()),
+            ..HumanMessage::default()
+        })
+    }
+
+    /// A system message with text content.
+    pub fn system(text: impl Into<String>) -> Self {
+        Message::System(SystemMessage {
+            content: Value::String(text.into()),
+            ..SystemMessage::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn messages_serialise_as_langchain_dicts_with_type_first() {
+        let ai = Message::Ai(AiMessage {
+            content: json!("hi"),
+            id: Some("m1".into()),
+            tool_calls: vec![ToolCall::new("call_1", "ls", json!({}))],
+            usage_metadata: Some(UsageMetadata {
+                input_tokens: 3,
+                output_tokens: 1,
+                total_tokens: 4,
+                input_token_details: InputTokenDetails { cache_read: 2 },
+            }),
+            ..AiMessage::default()
+        });
+        let text = serde_json::to_string(&ai).unwrap();
+        assert!(
+            text.starts_with(r#"{"type":"ai","content":"hi","id":"m1""#),
+            "{text}"
+        );
+        assert!(text.contains(
+            r#""tool_calls":[{"id":"call_1","name":"ls","args":{},"type":"tool_call"}]"#
+        ));
+        assert!(text.contains(r#""input_token_details":{"cache_read":2}"#));
+        assert_eq!(serde_json::from_str::<Message>(&text).unwrap(), ai);
+    }
+
+    #[test]
+    fn minimal_dicts_parse_with_defaults() {
+        let human: Message =
+            serde_json::from_value(json!({"type": "human", "content": "hello"})).unwrap();
+        assert_eq!(human.text(), "hello");
+        let tool: Message = serde_json::from_value(json!({"type": "tool", "content": [{"type": "text", "text": "ok"}], "tool_call_id": "c1"})).unwrap();
+        let Message::Tool(tool) = tool else {
+            panic!("tool")
+        };
+        assert_eq!(tool.status, ToolStatus::Success);
+        assert!(
+            serde_json::from_value::<Message>(json!({"type": "robot", "content": ""})).is_err()
+        );
+    }
+}
