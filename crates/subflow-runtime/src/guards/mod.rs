@@ -1,0 +1,1 @@
+//! Guards that stop an agent before it runs away (SPEC §10).

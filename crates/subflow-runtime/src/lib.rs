@@ -1,0 +1,7 @@
+//! The agent runtime: the lead agent loop, the `task` tool and the subagent executor,
+//! the run journal, guards (loop detection, token budget, turn caps) and task observers.
+//!
+//! It reaches storage only through the `subflow-store` traits and knows nothing of HTTP:
+//! live task events leave it as a stream the gateway frames.
+
+pub mod guards;
