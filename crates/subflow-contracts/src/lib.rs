@@ -12,6 +12,7 @@ pub mod ids;
 pub mod messages;
 pub mod status;
 pub mod task_events;
+pub mod task_result;
 pub mod text;
 
 pub use events::{EventCategory, EventType, MiddlewareTag, NewEvent, RunEvent};
