@@ -4,4 +4,14 @@
 //! It reaches storage only through the `subflow-store` traits and knows nothing of HTTP:
 //! live task events leave it as a stream the gateway frames.
 
+pub mod admission;
+mod guarded;
 pub mod guards;
+pub mod journal;
+mod lead;
+pub mod output;
+pub mod run;
+pub mod runtime;
+pub mod subagent;
+pub mod tools;
+pub mod usage;

@@ -1,13 +1,15 @@
-//! The PostgreSQL backend of the subflow store: threads, runs and run events in one
-//! database shared by many `serve` and `worker` processes (SPEC §1.2). A thread's
-//! `seq` values are allocated under a transaction advisory lock on the thread id, so
-//! any number of processes may append to the same thread concurrently (SPEC §5.1).
+//! The PostgreSQL backend of the subflow store: threads, runs, run events and thread
+//! state checkpoints in one database shared by many `serve` and `worker` processes
+//! (SPEC §1.2). A thread's `seq` values are allocated under a transaction advisory
+//! lock on the thread id, so any number of processes may append to the same thread
+//! concurrently (SPEC §5.1).
 //!
 //! This crate implements the `subflow-store` traits and nothing else: it holds no
 //! business rules beyond the reference semantics of `MemoryStore`, reads no
 //! configuration or environment, and must return the same results as the SQLite
 //! backend for the same history (JSON is stored as text for that reason).
 
+mod checkpoints;
 mod events;
 mod records;
 

@@ -104,6 +104,7 @@ impl RecordStore for PostgresStore {
         for statement in [
             "DELETE FROM run_events WHERE thread_id = $1",
             "DELETE FROM runs WHERE thread_id = $1",
+            "DELETE FROM checkpoints WHERE thread_id = $1",
         ] {
             sqlx::query(statement)
                 .bind(thread_id)

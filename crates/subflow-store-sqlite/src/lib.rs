@@ -25,9 +25,9 @@ use rusqlite::{
 };
 use subflow_contracts::{NewEvent, RunEvent, RunStatus, ThreadId, ThreadStatus};
 use subflow_store::{
-    AppendOutcome, Error, EventQuery, EventStore, NewRun, NewThread, RecordStore, Result,
-    RunRecord, RunStatusUpdate, RunUsage, ThreadRecord, ThreadSearch, codec, now_rfc3339,
-    validate_batch,
+    AppendOutcome, Checkpoint, CheckpointStore, Error, EventQuery, EventStore, NewCheckpoint,
+    NewRun, NewThread, RecordStore, Result, RunRecord, RunStatusUpdate, RunUsage, ThreadRecord,
+    ThreadSearch, codec, now_rfc3339, validate_batch,
 };
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Semaphore;
@@ -35,7 +35,10 @@ use tokio::task::{block_in_place, spawn_blocking};
 use uuid::Uuid;
 
 /// The embedded migrations, in order. `PRAGMA user_version` holds how many are applied.
-const MIGRATIONS: &[&str] = &[include_str!("../migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("../migrations/0001_init.sql"),
+    include_str!("../migrations/0002_checkpoints.sql"),
+];
 
 /// How long a connection waits for a lock held by another process.
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -670,6 +673,7 @@ impl RecordStore for SqliteStore {
             for sql in [
                 "DELETE FROM run_events WHERE thread_id = ?",
                 "DELETE FROM thread_seq WHERE thread_id = ?",
+                
             ] {
                 tx.execute(sql, [&thread_id]).db()?;
             }
@@ -852,6 +856,115 @@ impl RecordStore for SqliteStore {
     }
 }
 
+const CHECKPOINT_COLUMNS: &str = "thread_id, checkpoint_id, parent_checkpoint_id, run_id, \
+     state_values, metadata, created_at";
+
+fn decode_checkpoint(row: &Row<'_>) -> Result<Checkpoint> {
+    Ok(Checkpoint {
+        thread_id: row.get(0).db()?,
+        checkpoint_id: row.get(1).db()?,
+        parent_checkpoint_id: row.get(2).db()?,
+        run_id: row.get(3).db()?,
+        values: codec::json("checkpoints.state_values", text(row, 4)?)?,
+        metadata: codec::object("checkpoints.metadata", text(row, 5)?)?,
+        created_at: row.get(6).db()?,
+    })
+}
+
+#[async_trait]
+impl CheckpointStore for SqliteStore {
+    async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint> {
+        ThreadId::parse(&checkpoint.thread_id)?;
+        let stored = Checkpoint {
+            thread_id: checkpoint.thread_id,
+            checkpoint_id: checkpoint.checkpoint_id,
+            parent_checkpoint_id: checkpoint.parent_checkpoint_id,
+            run_id: checkpoint.run_id,
+            values: checkpoint.values,
+            metadata: checkpoint.metadata,
+            created_at: now_rfc3339(),
+        };
+        let row = (
+            stored.thread_id.clone(),
+            stored.checkpoint_id.clone(),
+            stored.parent_checkpoint_id.clone(),
+            stored.run_id.clone(),
+            serde_json::to_string(&stored.values).expect("a JSON value always serialises"),
+            serde_json::to_string(&stored.metadata).expect("a JSON map always serialises"),
+            stored.created_at.clone(),
+        );
+        self.write(move |conn| {
+            let (thread_id, checkpoint_id, parent, run_id, values, metadata, created_at) = row;
+            conn.prepare_cached(
+                "INSERT INTO checkpoints (thread_id, checkpoint_id, parent_checkpoint_id, \
+                 run_id, state_values, metadata, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .db()?
+            .execute(params![
+                thread_id,
+                checkpoint_id,
+                parent,
+                run_id,
+                values,
+                metadata,
+                created_at
+            ])
+            .db()
+        })
+        .await?;
+        Ok(stored)
+    }
+
+    async fn latest_checkpoint(&self, thread_id: &str) -> Result<Option<Checkpoint>> {
+        let thread_id = thread_id.to_owned();
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread_id = ? \
+                 ORDER BY id DESC LIMIT 1"
+            );
+            let mut statement = conn.prepare_cached(&sql).db()?;
+            let mut rows = statement.query([thread_id]).db()?;
+            rows.next().db()?.map(decode_checkpoint).transpose()
+        })
+        .await
+    }
+
+    async fn list_checkpoints(
+        &self,
+        thread_id: &str,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<Vec<Checkpoint>> {
+        let mut sql = format!("SELECT {CHECKPOINT_COLUMNS} FROM checkpoints WHERE thread_id = ?1");
+        let mut params = vec![SqlValue::Text(thread_id.to_owned())];
+        if let Some(before) = before {
+            // An id unknown in this thread makes the subquery NULL, so nothing matches.
+            sql.push_str(
+                " AND id <= (SELECT id FROM checkpoints WHERE thread_id = ?1 \
+                 AND checkpoint_id = ?2)",
+            );
+            params.push(SqlValue::Text(before.to_owned()));
+        }
+        sql.push_str(&format!(" ORDER BY id DESC LIMIT ?{}", params.len() + 1));
+        params.push(SqlValue::Integer(i64::from(limit)));
+        self.read(move |conn| query_all(conn, &sql, params_from_iter(params), decode_checkpoint))
+            .await
+    }
+
+    async fn delete_run_checkpoints(&self, thread_id: &str, run_id: &str) -> Result<u64> {
+        let (thread_id, run_id) = (thread_id.to_owned(), run_id.to_owned());
+        let deleted = self
+            .write(move |conn| {
+                conn.prepare_cached("DELETE FROM checkpoints WHERE thread_id = ? AND run_id = ?")
+                    .db()?
+                    .execute([thread_id, run_id])
+                    .db()
+            })
+            .await?;
+        Ok(deleted as u64)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -873,6 +986,22 @@ mod tests {
         assert_eq!(path, PathBuf::from("subflow.db"));
         assert!(parse_url("postgres://u@h/db").is_err());
         assert!(parse_url("sqlite://").is_err());
+    }
+
+    #[test]
+    fn a_database_at_version_one_migrates_to_checkpoints() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(MIGRATIONS[0]).unwrap();
+        conn.pragma_update(None, "user_version", 1).unwrap();
+        migrate(&mut conn).unwrap();
+        let version: i64 = conn
+            .pragma_query_value(None, "user_version", |row| row.get(0))
+            .unwrap();
+        assert_eq!(version, MIGRATIONS.len() as i64);
+        let count: i64 = conn
+            .query_row("SELECT COUNT(*) FROM checkpoints", [], |row| row.get(0))
+            .unwrap();
+        assert_eq!(count, 0);
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 //! This crate knows no SQL and picks no backend: the `subflow-store-*` crates
 //! implement [`Store`], and only the binary chooses one.
 
+mod checkpoints;
 pub mod codec;
 mod error;
 mod events;
@@ -18,6 +19,7 @@ pub mod buffer;
 pub mod conformance;
 pub mod spill;
 
+pub use checkpoints::{Checkpoint, CheckpointStore, NewCheckpoint};
 pub use error::{Error, Result};
 pub use events::{AppendOutcome, EventQuery, EventStore, MAX_PAGE_LIMIT};
 pub use memory::MemoryStore;
@@ -27,7 +29,7 @@ pub use records::{
 };
 pub use validate::{now_rfc3339, validate_batch};
 
-/// Everything a backend provides: run events plus thread and run records.
-pub trait Store: EventStore + RecordStore {}
+/// Everything a backend provides: run events, thread and run records, checkpoints.
+pub trait Store: EventStore + RecordStore + CheckpointStore {}
 
-impl<T: EventStore + RecordStore> Store for T {}
+impl<T: EventStore + RecordStore + CheckpointStore> Store for T {}

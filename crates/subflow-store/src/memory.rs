@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use subflow_contracts::{EventCategory, NewEvent, RunEvent, RunStatus, ThreadId, ThreadStatus};
 use uuid::Uuid;
 
+use crate::checkpoints::{Checkpoint, CheckpointStore, NewCheckpoint};
 use crate::events::{AppendOutcome, EventQuery, EventStore};
 use crate::records::{
     NewRun, NewThread, RecordStore, RunRecord, RunStatusUpdate, RunUsage, ThreadRecord,
@@ -29,6 +30,8 @@ struct Inner {
     threads: Vec<ThreadRecord>,
     /// In creation order.
     runs: Vec<RunRecord>,
+    /// In creation order.
+    checkpoints: Vec<Checkpoint>,
 }
 
 impl MemoryStore {
@@ -179,6 +182,7 @@ impl RecordStore for MemoryStore {
         let before = inner.threads.len();
         inner.threads.retain(|t| t.thread_id != thread_id);
         inner.runs.retain(|r| r.thread_id != thread_id);
+        inner.checkpoints.retain(|c| c.thread_id != thread_id);
         if let Some(rows) = inner.events.remove(thread_id) {
             for row in rows {
                 inner.event_ids.remove(&row.event_id);
@@ -269,5 +273,60 @@ impl RecordStore for MemoryStore {
             });
         }
         Ok(inner.runs.len() != before)
+    }
+}
+
+#[async_trait]
+impl CheckpointStore for MemoryStore {
+    async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint> {
+        ThreadId::parse(&checkpoint.thread_id)?;
+        let stored = Checkpoint {
+            thread_id: checkpoint.thread_id,
+            checkpoint_id: checkpoint.checkpoint_id,
+            parent_checkpoint_id: checkpoint.parent_checkpoint_id,
+            run_id: checkpoint.run_id,
+            values: checkpoint.values,
+            metadata: checkpoint.metadata,
+            created_at: now_rfc3339(),
+        };
+        self.lock().checkpoints.push(stored.clone());
+        Ok(stored)
+    }
+
+    async fn latest_checkpoint(&self, thread_id: &str) -> Result<Option<Checkpoint>> {
+        Ok(self
+            .lock()
+            .checkpoints
+            .iter()
+            .rev()
+            .find(|c| c.thread_id == thread_id)
+            .cloned())
+    }
+
+    async fn list_checkpoints(
+        &self,
+        thread_id: &str,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<Vec<Checkpoint>> {
+        let inner = self.lock();
+        let newest_first = inner
+            .checkpoints
+            .iter()
+            .rev()
+            .filter(|c| c.thread_id == thread_id);
+        let older = newest_first
+            .skip_while(|c| before.is_some_and(|id| c.checkpoint_id != id))
+            .skip(usize::from(before.is_some()));
+        Ok(older.take(limit as usize).cloned().collect())
+    }
+
+    async fn delete_run_checkpoints(&self, thread_id: &str, run_id: &str) -> Result<u64> {
+        let mut inner = self.lock();
+        let before = inner.checkpoints.len();
+        inner
+            .checkpoints
+            .retain(|c| !(c.thread_id == thread_id && c.run_id.as_deref() == Some(run_id)));
+        Ok((before - inner.checkpoints.len()) as u64)
     }
 }

@@ -1,0 +1,80 @@
+//! The guards as one agent loop uses them: warnings injected at the next model call,
+//! hard stops that rewrite the response, and the loop-detection audit event.
+
+use serde_json::Value;
+use subflow_contracts::messages::{AiMessage, Message};
+
+use crate::guards::{
+    BUDGET_WARNING_NAME, BudgetCheck, Detection, LoopDetectionConfig, LoopDetector, TokenBudget,
+    TokenBudgetConfig, WarningQueue, hard_stop, loop_event_content,
+};
+
+/// Which guard ended an agent loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GuardStop {
+    /// Loop detection hard stop (`loop_capped`).
+    Loop,
+    /// Token budget hard stop (`token_capped`).
+    Token,
+}
+
+/// The guard state of one agent execution (the lead's run, or one subagent).
+#[derive(Debug)]
+pub(crate) struct Guards {
+    detector: Option<LoopDetector>,
+    budget: Option<TokenBudget>,
+    loop_warnings: WarningQueue,
+    budget_warnings: WarningQueue,
+    is_subagent: bool,
+    agent_id: Option<String>,
+}
+
+impl Guards {
+    /// Fresh guards; `agent_id` is the subagent's definition name, `None` for the lead.
+    pub fn new(loops: &LoopDetectionConfig, budget: &TokenBudgetConfig, agent_id: Option<&str>) -> Self {
+        Guards {
+            detector: loops.enabled.then(|| LoopDetector::new(loops.clone())),
+            budget: budget.enabled.then(|| TokenBudget::new(budget.clone())),
+            loop_warnings: WarningQueue::loop_warnings(),
+            budget_warnings: WarningQueue::new(BUDGET_WARNING_NAME),
+            is_subagent: agent_id.is_some(),
+            agent_id: agent_id.map(str::to_owned),
+        }
+    }
+
+    /// Warnings queued since the last model call, as trailing human messages.
+    pub fn injections(&mut self) -> Vec<Message> {
+        [self.loop_warnings.take_injection(), self.budget_warnings.take_injection()]
+            .into_iter()
+            .flatten()
+            .collect()
+    }
+
+    /// Checks one model response. Returns the response to keep (rewritten on a hard
+    /// stop) and which guard stopped the loop, if one did. Loop-detection transitions are
+    /// handed to `record` as `middleware:loop_detection` content.
+    pub fn after_model(&mut self, thread_key: &str, ai: AiMessage, record: impl Fn(Value)) -> (AiMessage, Option<GuardStop>) {
+        if let (Some(budget), Some(usage)) = (self.budget.as_mut(), ai.usage_metadata) {
+            match budget.observe(usage.input_tokens, usage.output_tokens) {
+                BudgetCheck::None => {}
+                BudgetCheck::Warn(text) => self.budget_warnings.push(text),
+                BudgetCheck::HardStop(text) => return (hard_stop(&ai, &text), Some(GuardStop::Token)),
+            }
+        }
+        let Some(detector) = self.detector.as_mut().filter(|_| !ai.tool_calls.is_empty()) else {
+            return (ai, None);
+        };
+        let detection = detector.after_model(thread_key, &ai);
+        if let Some(content) = loop_event_content(&detection, self.is_subagent, self.agent_id.as_deref()) {
+            record(content);
+        }
+        match detection {
+            Detection::None => (ai, None),
+            Detection::Warn { message, .. } => {
+                self.loop_warnings.push(message);
+                (ai, None)
+            }
+            Detection::HardStop { stop_text, .. } => (hard_stop(&ai, &stop_text), Some(GuardStop::Loop)),
+        }
+    }
+}

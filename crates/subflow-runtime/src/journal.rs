@@ -1,0 +1,207 @@
+//! The run journal (SPEC §5.5, §7.2): the run's own events, written through the journal
+//! buffer, and its token ledger. Subagents reach it only through [`JournalProxy`].
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use serde_json::{Map, Value, json};
+use subflow_contracts::messages::{AiMessage, Message, ToolMessage};
+use subflow_contracts::{EventCategory, EventType, MiddlewareTag};
+use subflow_store::RunUsage;
+use subflow_store::buffer::EventBuffer;
+
+use crate::usage::{UsageLedger, UsageRecord};
+
+/// The recorder of one run.
+#[derive(Debug)]
+pub struct Journal {
+    buffer: EventBuffer,
+    ledger: Mutex<UsageLedger>,
+    llm_calls: AtomicU32,
+    track_token_usage: bool,
+    max_trace_content: usize,
+}
+
+fn metadata(value: Value) -> Map<String, Value> {
+    match value {
+        Value::Object(map) => map,
+        _ => Map::new(),
+    }
+}
+
+impl Journal {
+    /// A journal writing through `buffer`.
+    pub fn new(buffer: EventBuffer, track_token_usage: bool, max_trace_content: usize) -> Self {
+        Journal {
+            buffer,
+            ledger: Mutex::new(UsageLedger::default()),
+            llm_calls: AtomicU32::new(0),
+            track_token_usage,
+            max_trace_content,
+        }
+    }
+
+    /// The buffer, for the final flush.
+    pub fn buffer(&self) -> &EventBuffer {
+        &self.buffer
+    }
+
+    fn record(
+        &self,
+        event_type: &str,
+        category: EventCategory,
+        content: Value,
+        metadata: Map<String, Value>,
+    ) {
+        if let Err(error) = self
+            .buffer
+            .record(event_type, category.as_str(), content, metadata)
+        {
+            tracing::error!(%error, event_type, "journal event refused");
+        }
+    }
+
+    /// Trace content truncated to `run_events.max_trace_content` bytes, on a char boundary.
+    fn trace_text(&self, text: &str) -> String {
+        if text.len() <= self.max_trace_content {
+            return text.to_owned();
+        }
+        let mut end = self.max_trace_content;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text[..end].to_owned()
+    }
+
+    /// `run.start`.
+    pub fn run_start(&self) {
+        self.record(
+            EventType::RunStart.as_str(),
+            EventCategory::Trace,
+            json!({"chain": "lead_agent"}),
+            metadata(json!({"caller": "lead_agent"})),
+        );
+    }
+
+    /// `llm.human.input` for the run's first human message.
+    pub fn human_input(&self, content: &Value) {
+        self.record(
+            EventType::LlmHumanInput.as_str(),
+            EventCategory::Message,
+            json!({"type": "human", "content": content}),
+            metadata(json!({"caller": "lead_agent"})),
+        );
+    }
+
+    /// `llm.ai.response` of one of the run's own model calls, and its usage record.
+    pub fn ai_response(
+        &self,
+        caller: &str,
+        message: &AiMessage,
+        latency_ms: Option<u64>,
+        record: Option<&UsageRecord>,
+    ) {
+        let index = self.llm_calls.fetch_add(1, Ordering::SeqCst) + 1;
+        let usage = message.usage_metadata.map(|u| json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "total_tokens": u.total_tokens})).unwrap_or_else(|| json!({}));
+        let content = json!({
+            "type": "ai", "content": message.content, "tool_calls": message.tool_calls,
+            "additional_kwargs": message.additional_kwargs, "response_metadata": message.response_metadata,
+        });
+        self.record(EventType::LlmAiResponse.as_str(), EventCategory::Message, content,
+            metadata(json!({"caller": caller, "usage": usage, "latency_ms": latency_ms, "llm_call_index": index})));
+        if let Some(record) = record.filter(|_| self.track_token_usage) {
+            self.ledger
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .add_own(record);
+        }
+    }
+
+    /// `llm.tool.result`.
+    pub fn tool_result(&self, message: &ToolMessage) {
+        let content = json!({"type": "tool", "content": message.content, "tool_call_id": message.tool_call_id, "name": message.name, "status": message.status});
+        self.record(
+            EventType::LlmToolResult.as_str(),
+            EventCategory::Message,
+            content,
+            Map::new(),
+        );
+    }
+
+    /// `llm.error`.
+    pub fn llm_error(&self, text: &str) {
+        self.record(
+            EventType::LlmError.as_str(),
+            EventCategory::Trace,
+            json!(self.trace_text(text)),
+            Map::new(),
+        );
+    }
+
+    /// `run.end` with the final state.
+    pub fn run_end(&self, messages: &[Message]) {
+        self.record(
+            EventType::RunEnd.as_str(),
+            EventCategory::Outputs,
+            json!({"messages": messages.len()}),
+            metadata(json!({"status": "success"})),
+        );
+    }
+
+    /// `run.error`.
+    pub fn run_error(&self, text: &str, error_type: &str) {
+        self.record(
+            EventType::RunError.as_str(),
+            EventCategory::Error,
+            json!(text),
+            metadata(json!({"error_type": error_type})),
+        );
+    }
+
+    /// A `middleware:loop_detection` event; failures are swallowed (logged).
+    pub fn loop_detection(&self, content: Value) {
+        self.record(
+            &MiddlewareTag::LoopDetection.event_type(),
+            EventCategory::Middleware,
+            content,
+            Map::new(),
+        );
+    }
+
+    /// Usage records a subagent reports once it ends; ids already counted are skipped.
+    pub fn report_external(&self, records: &[UsageRecord]) {
+        if self.track_token_usage && !records.is_empty() {
+            self.ledger
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .add_external(records);
+        }
+    }
+
+    /// The run record's rollups now.
+    pub fn usage(&self, message_count: i64) -> RunUsage {
+        self.ledger
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .snapshot(message_count)
+    }
+}
+
+/// The narrow handle a subagent gets onto its parent's journal: it records only
+/// `middleware:loop_detection` events (SPEC §10.4).
+#[derive(Debug, Clone, Copy)]
+pub struct JournalProxy<'a> {
+    journal: &'a Journal,
+}
+
+impl<'a> JournalProxy<'a> {
+    /// A proxy onto `journal`.
+    pub fn new(journal: &'a Journal) -> Self {
+        JournalProxy { journal }
+    }
+
+    /// Records a loop-detection event of the subagent.
+    pub fn loop_detection(&self, content: Value) {
+        self.journal.loop_detection(content);
+    }
+}

@@ -1,0 +1,305 @@
+//! The lead agent loop: model call, `task` limits, tool execution with parallel
+//! delegation, lead-side usage attribution (SPEC §4.5), checkpoints after every step.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::future::join_all;
+use serde_json::{Map, Value, json};
+use subflow_contracts::RunStopReason;
+use subflow_contracts::messages::{AiMessage, Message, ToolMessage, ToolStatus};
+use subflow_contracts::task_result::{TASK_TOOL_NAME, TokenUsage};
+use subflow_models::{ChatRequest, ToolSpec, assemble};
+use subflow_store::NewCheckpoint;
+use uuid::Uuid;
+
+use crate::guarded::{GuardStop, Guards};
+use crate::runtime::{RunContext, Runtime};
+use crate::subagent::{error_fallback, run_task};
+use crate::tools::builtin_specs;
+use crate::usage::UsageRecord;
+
+/// How the lead loop ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum LeadEnd {
+    /// The model answered without tool calls, or a cap ended the loop.
+    Finished,
+    /// The provider failed after its retries; the fallback message is in the history.
+    ModelFailed(String),
+    /// The run was cancelled.
+    Cancelled,
+}
+
+/// The lead's working state.
+pub(crate) struct Lead<'a> {
+    pub runtime: &'a Runtime,
+    pub run: &'a Arc<RunContext>,
+    pub guards: Guards,
+    pub messages: Vec<Message>,
+    pub stop_reason: Option<RunStopReason>,
+    pub checkpoint_id: Option<String>,
+    pub tasks_started: usize,
+    pub step: u64,
+}
+
+const LIMIT_NOTE: &str = "\n\n[subagent delegation limit] Some task calls were not run because they exceed the subagent limits of this run.";
+
+fn task_spec() -> ToolSpec {
+    ToolSpec {
+        name: TASK_TOOL_NAME.to_owned(),
+        description: "Delegate a self-contained piece of work to a subagent; it returns the subagent's result.".to_owned(),
+        parameters: json!({"type": "object", "properties": {
+            "description": {"type": "string", "description": "A short description of the task"},
+            "prompt": {"type": "string", "description": "The full instructions for the subagent"},
+            "subagent_type": {"type": "string", "description": "The subagent to use, e.g. general-purpose"}
+        }, "required": ["description", "prompt", "subagent_type"]}),
+    }
+}
+
+impl Lead<'_> {
+    fn tools(&self) -> Vec<ToolSpec> {
+        let mut tools = builtin_specs();
+        if self.runtime.config().subagents_enabled {
+            tools.push(task_spec());
+        }
+        tools
+    }
+
+    /// Runs model turns until the model stops calling tools, a cap is hit, the model
+    /// fails or the run is cancelled.
+    pub async fn run(&mut self) -> LeadEnd {
+        let model = self.runtime.models.get(Some(&self.run.model_name));
+        let max_turns = self.runtime.config().lead_max_turns;
+        for turn in 1..=max_turns {
+            if self.run.cancel.is_cancelled() {
+                return LeadEnd::Cancelled;
+            }
+            let mut request_messages = vec![Message::system(
+                self.runtime.config().lead_system_prompt.clone(),
+            )];
+            request_messages.extend(self.messages.iter().cloned());
+            request_messages.extend(self.guards.injections());
+            let request = ChatRequest {
+                messages: request_messages,
+                tools: self.tools(),
+                agent: "lead_agent".to_owned(),
+                call_index: turn,
+                run_id: self.run.run_id.clone(),
+            };
+            let started = Instant::now();
+            let message_id = Uuid::now_v7().to_string();
+            let sink = self.run.sink.clone();
+            let info = model.info().clone();
+            let call = async {
+                let stream = model.stream(request).await?;
+                assemble(stream, &info.model, |delta| {
+                    sink.send(crate::output::RunOutput::Message {
+                        message: json!({"type": "AIMessageChunk", "content": delta, "id": message_id}),
+                        node: "model",
+                    });
+                })
+                .await
+            };
+            let answer = tokio::select! {
+                answer = call => answer,
+                () = self.run.cancel.cancelled() => return LeadEnd::Cancelled,
+            };
+            let latency_ms = u64::try_from(started.elapsed().as_millis()).ok();
+            let mut ai = match answer {
+                Ok((ai, _)) => ai,
+                Err(error) => {
+                    let detail = error.to_string();
+                    self.run.journal.llm_error(&detail);
+                    let fallback = error_fallback(&detail);
+                    self.push(Message::Ai(fallback)).await;
+                    return LeadEnd::ModelFailed(detail);
+                }
+            };
+            ai.id = Some(message_id);
+            let record = ai.usage_metadata.as_ref().and_then(|usage| {
+                let model_name = ai
+                    .response_metadata
+                    .get("model_name")
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                UsageRecord::from_call(
+                    format!("{}:lead:{turn}", self.run.run_id),
+                    "lead_agent",
+                    model_name,
+                    usage,
+                )
+            });
+            if self.runtime.config().token_usage_enabled {
+                self.attribute_subagent_usage();
+            }
+            match ai
+                .response_metadata
+                .get("finish_reason")
+                .and_then(Value::as_str)
+            {
+                Some("length") => {
+                    self.stop_reason = self.stop_reason.or(Some(RunStopReason::ModelLengthCapped))
+                }
+                Some("content_filter") => {
+                    self.stop_reason = self.stop_reason.or(Some(RunStopReason::SafetyCapped))
+                }
+                _ => {}
+            }
+            let journal = &self.run.journal;
+            let (mut ai, stopped) = self.guards.after_model(&self.run.thread_id, ai, |content| journal.loop_detection(content));
+            if let Some(stop) = stopped {
+                self.stop_reason = Some(match stop {
+                    GuardStop::Loop => RunStopReason::LoopCapped,
+                    GuardStop::Token => RunStopReason::TokenCapped,
+                });
+            }
+            self.apply_task_limits(&mut ai);
+            self.run
+                .journal
+                .ai_response("lead_agent", &ai, latency_ms, record.as_ref());
+            let calls = ai.tool_calls.clone();
+            self.push(Message::Ai(ai)).await;
+            if calls.is_empty() || stopped.is_some() {
+                return LeadEnd::Finished;
+            }
+            let results = self.run_tools(&calls).await;
+            let cancelled = results.iter().any(Option::is_none);
+            for tool in results.into_iter().flatten() {
+                self.run.journal.tool_result(&tool);
+                self.run.sink.send(crate::output::RunOutput::Message {
+                    message: json!(Message::Tool(tool.clone())),
+                    node: "tools",
+                });
+                self.push(Message::Tool(tool)).await;
+            }
+            if cancelled || self.run.cancel.is_cancelled() {
+                return LeadEnd::Cancelled;
+            }
+        }
+        LeadEnd::Finished
+    }
+
+    /// Task calls past `max_concurrent` in this response, or past `max_total_per_run`
+    /// in the run, are stripped with a visible note (SPEC §3.1).
+    fn apply_task_limits(&mut self, ai: &mut AiMessage) {
+        let config = self.runtime.config();
+        let mut kept_here = 0;
+        let mut stripped = false;
+        ai.tool_calls.retain(|call| {
+            if call.name != TASK_TOOL_NAME {
+                return true;
+            }
+            let keep = kept_here < config.max_concurrent
+                && self.tasks_started + kept_here < config.max_total_per_run;
+            if keep {
+                kept_here += 1;
+            } else {
+                stripped = true;
+            }
+            keep
+        });
+        self.tasks_started += kept_here;
+        if stripped {
+            let text = subflow_contracts::task_events::flatten_content(Some(&ai.content));
+            ai.content = Value::String(format!("{text}{LIMIT_NOTE}"));
+            ai.response_metadata
+                .insert("finish_reason".into(), json!("stop"));
+            self.stop_reason = Some(RunStopReason::SubagentLimitCapped);
+        }
+    }
+
+    /// Runs one response's tool calls: task calls concurrently, the others in order.
+    /// Results keep the call order; `None` marks a task ended by parent cancellation.
+    async fn run_tools(
+        &self,
+        calls: &[subflow_contracts::messages::ToolCall],
+    ) -> Vec<Option<ToolMessage>> {
+        let runtime = self.runtime;
+        let run = self.run;
+        let futures = calls.iter().map(|call| async move {
+            if call.name == TASK_TOOL_NAME && runtime.config().subagents_enabled {
+                return run_task(runtime, run, call).await;
+            }
+            let (content, status) = match run.workspace.run(&call.name, &call.args).await {
+                Ok(text) => (text, ToolStatus::Success),
+                Err(error) => (format!("Error: {error}"), ToolStatus::Error),
+            };
+            Some(ToolMessage {
+                content: Value::String(content),
+                id: Some(Uuid::now_v7().to_string()),
+                name: Some(call.name.clone()),
+                tool_call_id: call.id.clone(),
+                status,
+                ..ToolMessage::default()
+            })
+        });
+        join_all(futures).await
+    }
+
+    /// SPEC §4.5: adds each preceding task ToolMessage's valid, unattributed
+    /// `subagent_token_usage` to the AI message that dispatched it, then marks it.
+    fn attribute_subagent_usage(&mut self) {
+        let mut found = Vec::new();
+        for message in &mut self.messages {
+            if let Message::Tool(tool) = message
+                && tool
+                    .additional_kwargs
+                    .get("subagent_token_usage_attributed")
+                    != Some(&json!(true))
+                && let Some(usage) = tool
+                    .additional_kwargs
+                    .get("subagent_token_usage")
+                    .and_then(TokenUsage::from_value)
+            {
+                tool.additional_kwargs
+                    .insert("subagent_token_usage_attributed".into(), json!(true));
+                found.push((tool.tool_call_id.clone(), usage));
+            }
+        }
+        for (call_id, usage) in found {
+            let owner = self.messages.iter_mut().rev().find_map(|m| match m {
+                Message::Ai(ai) if ai.tool_calls.iter().any(|c| c.id == call_id) => Some(ai),
+                _ => None,
+            });
+            if let Some(ai) = owner {
+                let mut metadata = ai.usage_metadata.unwrap_or_default();
+                metadata.input_tokens += usage.input_tokens;
+                metadata.output_tokens += usage.output_tokens;
+                metadata.total_tokens += usage.total_tokens;
+                ai.usage_metadata = Some(metadata);
+            }
+        }
+    }
+
+    /// Appends a message, checkpoints the state and emits `values`.
+    pub async fn push(&mut self, message: Message) {
+        self.messages.push(message);
+        self.checkpoint().await;
+    }
+
+    /// Writes a checkpoint of the current messages and emits `values`.
+    pub async fn checkpoint(&mut self) {
+        self.step += 1;
+        let values = json!({"messages": self.messages});
+        let checkpoint_id = Uuid::now_v7().to_string();
+        let mut metadata = Map::new();
+        metadata.insert("deerflow_trace_id".into(), json!(self.run.trace_id));
+        metadata.insert("run_id".into(), json!(self.run.run_id));
+        metadata.insert("step".into(), json!(self.step));
+        let checkpoint = NewCheckpoint {
+            thread_id: self.run.thread_id.clone(),
+            checkpoint_id: checkpoint_id.clone(),
+            parent_checkpoint_id: self.checkpoint_id.clone(),
+            run_id: Some(self.run.run_id.clone()),
+            values: values.clone(),
+            metadata,
+        };
+        match self.runtime.store.put_checkpoint(checkpoint).await {
+            Ok(_) => self.checkpoint_id = Some(checkpoint_id),
+            Err(error) => {
+                tracing::error!(%error, run_id = %self.run.run_id, "checkpoint write failed")
+            }
+        }
+        self.run.sink.send(crate::output::RunOutput::Values(values));
+    }
+}

@@ -1,0 +1,163 @@
+//! What a run emits while it executes, for the gateway to frame as SSE (SPEC §2.4) and
+//! for `subflow tail`; and the per-task emitter of the live task events (SPEC §3.3).
+
+use std::sync::Mutex;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use subflow_contracts::messages::Message;
+use subflow_store::buffer::EventBuffer;
+use tokio::sync::mpsc;
+
+use subflow_contracts::task_result::TokenUsage;
+
+/// One item of a run's live output.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutput {
+    /// A `messages` frame: an AI text delta (`AIMessageChunk`) or a tool message, with
+    /// the graph node that produced it (`model` or `tools`).
+    Message {
+        /// The chunk or message dict.
+        message: Value,
+        /// `model` or `tools`.
+        node: &'static str,
+    },
+    /// The full state values after a lead step.
+    Values(Value),
+    /// A `custom` payload: a task event.
+    Custom {
+        /// The payload, fields in the documented order.
+        payload: Value,
+        /// When the step (or lifecycle change) it reports came into existence.
+        created: Instant,
+    },
+}
+
+/// The sending side of a run's output; sends never block and never fail the run.
+#[derive(Debug, Clone)]
+pub struct OutputSink {
+    tx: mpsc::UnboundedSender<RunOutput>,
+}
+
+impl OutputSink {
+    /// A sink and the receiver the consumer reads.
+    pub fn channel() -> (Self, mpsc::UnboundedReceiver<RunOutput>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (OutputSink { tx }, rx)
+    }
+
+    /// Sends an item; a consumer that went away only means nobody is watching.
+    pub fn send(&self, item: RunOutput) {
+        let _ = self.tx.send(item);
+    }
+
+    /// Whether a consumer still listens.
+    pub fn is_open(&self) -> bool {
+        !self.tx.is_closed()
+    }
+}
+
+/// Emits one task's live events in order: `task_started`, one `task_running` per step,
+/// then exactly one terminal event, after which nothing more is emitted. Every event
+/// also goes to the run's subagent buffer (persisted as `subagent.*`).
+#[derive(Debug)]
+pub struct TaskEmitter {
+    task_id: String,
+    model_name: String,
+    sink: OutputSink,
+    buffer: EventBuffer,
+    state: Mutex<EmitterState>,
+}
+
+#[derive(Debug, Default)]
+struct EmitterState {
+    steps: u64,
+    closed: bool,
+}
+
+impl TaskEmitter {
+    /// An emitter for `task_id` (the tool_call_id) running on `model_name`.
+    pub fn new(task_id: &str, model_name: &str, sink: OutputSink, buffer: EventBuffer) -> Self {
+        TaskEmitter {
+            task_id: task_id.to_owned(),
+            model_name: model_name.to_owned(),
+            sink,
+            buffer,
+            state: Mutex::new(EmitterState::default()),
+        }
+    }
+
+    fn emit(&self, payload: Value, created: Instant) {
+        if let Err(reason) = self.buffer.record_task_event(&payload) {
+            tracing::error!(task_id = %self.task_id, %reason, "task event could not be persisted");
+        }
+        self.sink.send(RunOutput::Custom { payload, created });
+    }
+
+    /// `task_started`.
+    pub fn started(&self, description: &str) {
+        let payload = json!({"type": "task_started", "task_id": self.task_id, "description": description, "model_name": self.model_name});
+        self.emit(payload, Instant::now());
+    }
+
+    /// One `task_running` for a step message that exists since `created`.
+    pub fn step(&self, message: &Message, usage: Option<TokenUsage>, created: Instant) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if state.closed {
+            return;
+        }
+        state.steps += 1;
+        let index = state.steps;
+        let payload = json!({
+            "type": "task_running", "task_id": self.task_id, "message": message,
+            "message_index": index, "total_messages": index, "usage": usage, "model_name": self.model_name
+        });
+        self.emit(payload, created);
+    }
+
+    /// The one terminal event; later calls (and later steps) are ignored.
+    pub fn terminal(&self, payload: TerminalEvent, usage: Option<TokenUsage>) {
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        if std::mem::replace(&mut state.closed, true) {
+            return;
+        }
+        let payload = match payload {
+            TerminalEvent::Completed(result) => {
+                json!({"type": "task_completed", "task_id": self.task_id, "result": result, "usage": usage, "model_name": self.model_name})
+            }
+            TerminalEvent::Failed(error) => {
+                json!({"type": "task_failed", "task_id": self.task_id, "error": error, "usage": usage, "model_name": self.model_name})
+            }
+            TerminalEvent::Cancelled(error) => {
+                json!({"type": "task_cancelled", "task_id": self.task_id, "error": error, "usage": usage, "model_name": self.model_name})
+            }
+            TerminalEvent::TimedOut(error) => {
+                json!({"type": "task_timed_out", "task_id": self.task_id, "error": error, "usage": usage, "model_name": self.model_name})
+            }
+            TerminalEvent::SafetyNetTimedOut => {
+                json!({"type": "task_timed_out", "task_id": self.task_id, "usage": usage, "model_name": self.model_name})
+            }
+            TerminalEvent::Disappeared => {
+                json!({"type": "task_failed", "task_id": self.task_id, "error": "Task disappeared from background tasks"})
+            }
+        };
+        self.emit(payload, Instant::now());
+    }
+}
+
+/// Which terminal event a task ends with (SPEC §3.3).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalEvent {
+    /// `task_completed` with the untruncated result.
+    Completed(String),
+    /// `task_failed` with the error.
+    Failed(String),
+    /// `task_cancelled`.
+    Cancelled(String),
+    /// `task_timed_out` from the executor timeout.
+    TimedOut(String),
+    /// `task_timed_out` from the supervision safety net: no `error` key.
+    SafetyNetTimedOut,
+    /// `task_failed` for an execution that vanished: no `usage` or `model_name` keys.
+    Disappeared,
+}

@@ -1,0 +1,251 @@
+//! Running one lead-agent run end to end: status transitions, the journal, the lead
+//! loop under the run timeout, usage snapshots, and the final flushes that precede the
+//! terminal status (SPEC §2.3, §5.4, §7.2).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use subflow_contracts::messages::Message;
+use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
+use subflow_store::buffer::{BufferPolicy, EventScope};
+use subflow_store::{RunStatusUpdate, RunUsage};
+use tokio_util::sync::CancellationToken;
+use uuid::Uuid;
+
+use crate::guarded::Guards;
+use crate::journal::Journal;
+use crate::lead::{Lead, LeadEnd};
+use crate::output::OutputSink;
+use crate::runtime::{RunContext, Runtime};
+use crate::tools::Workspace;
+
+/// A run to execute; its record already exists (status `pending`).
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// The run owner.
+    pub user_id: Option<String>,
+    /// The requested model, else the default.
+    pub model_name: Option<String>,
+    /// The new input messages.
+    pub input: Vec<Message>,
+    /// The run's trace id (SPEC §8.1).
+    pub trace_id: String,
+    /// The caller's `config.metadata.trace_id`, used as the delegation id when it is 8 hex.
+    pub delegation_trace: Option<String>,
+    /// Cancelled to interrupt the run.
+    pub cancel: CancellationToken,
+    /// `runs.timeout_seconds`.
+    pub timeout: Duration,
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunResult {
+    /// success, error, timeout or interrupted.
+    pub status: RunStatus,
+    /// Why a guard ended it, if one did.
+    pub stop_reason: Option<RunStopReason>,
+    /// The failure, for `error` runs.
+    pub error: Option<String>,
+    /// The thread's messages at the end.
+    pub messages: Vec<Message>,
+    /// The run's token rollups.
+    pub usage: RunUsage,
+}
+
+fn short_trace(candidate: Option<&str>) -> String {
+    candidate
+        .filter(|id| {
+            id.len() == 8
+                && id
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+        .map_or_else(
+            || Uuid::new_v4().simple().to_string()[..8].to_owned(),
+            str::to_owned,
+        )
+}
+
+impl Runtime {
+    /// Executes a run to its end, streaming its output to `sink`.
+    pub async fn run(&self, spec: RunSpec, sink: OutputSink) -> RunResult {
+        let scope = EventScope {
+            thread_id: spec.thread_id.clone(),
+            run_id: spec.run_id.clone(),
+            user_id: spec.user_id.clone(),
+        };
+        let config = self.config();
+        let model_name = self
+            .models
+            .get(spec.model_name.as_deref())
+            .info()
+            .name
+            .clone();
+        let run = Arc::new(RunContext {
+            thread_id: spec.thread_id.clone(),
+            run_id: spec.run_id.clone(),
+            trace_id: spec.trace_id.clone(),
+            short_trace: short_trace(spec.delegation_trace.as_deref()),
+            journal: Journal::new(
+                self.buffer(&scope, BufferPolicy::journal(config.flush_interval)),
+                config.track_token_usage,
+                config.max_trace_content,
+            ),
+            subagent_buffer: self.buffer(&scope, BufferPolicy::subagent(config.flush_interval)),
+            sink,
+            cancel: spec.cancel.clone(),
+            workspace: Workspace::for_thread(&config.workspace_root, &spec.thread_id),
+            model_name,
+        });
+        self.set_status(&run.run_id, RunStatus::Running, None, None)
+            .await;
+        let _ = self
+            .store
+            .set_thread_status(&run.thread_id, ThreadStatus::Busy)
+            .await;
+        run.journal.run_start();
+
+        let history = match self.store.latest_checkpoint(&run.thread_id).await {
+            Ok(Some(checkpoint)) => checkpoint
+                .values
+                .get("messages")
+                .cloned()
+                .and_then(|m| serde_json::from_value::<Vec<Message>>(m).ok())
+                .unwrap_or_default(),
+            Ok(None) => Vec::new(),
+            Err(error) => {
+                tracing::error!(%error, "loading the thread's checkpoint failed");
+                Vec::new()
+            }
+        };
+        let snapshots = self.spawn_usage_snapshots(run.clone());
+        let mut lead = Lead {
+            runtime: self,
+            run: &run,
+            guards: Guards::new(&config.loop_detection, &config.token_budget, None),
+            messages: history,
+            stop_reason: None,
+            checkpoint_id: None,
+            tasks_started: 0,
+            step: 0,
+        };
+        let mut first_human = true;
+        for mut message in spec.input {
+            if let Message::Human(human) = &mut message {
+                human.id.get_or_insert_with(|| Uuid::now_v7().to_string());
+                if first_human {
+                    run.journal.human_input(&human.content);
+                    first_human = false;
+                }
+            }
+            lead.messages.push(message);
+        }
+        lead.checkpoint().await;
+
+        let mut timed_out = false;
+        let end = {
+            let lead_run = lead.run();
+            tokio::pin!(lead_run);
+            tokio::select! {
+                end = &mut lead_run => end,
+                () = tokio::time::sleep(spec.timeout) => {
+                    timed_out = true;
+                    run.cancel.cancel();
+                    lead_run.await
+                }
+            }
+        };
+        let (status, error) = match end {
+            _ if timed_out => (
+                RunStatus::Timeout,
+                Some(format!(
+                    "Run timed out after {} seconds",
+                    spec.timeout.as_secs()
+                )),
+            ),
+            LeadEnd::Cancelled => (RunStatus::Interrupted, None),
+            LeadEnd::ModelFailed(detail) => (RunStatus::Error, Some(detail)),
+            LeadEnd::Finished => (RunStatus::Success, None),
+        };
+        match (&status, &error) {
+            (RunStatus::Success, _) => run.journal.run_end(&lead.messages),
+            (_, Some(text)) => run.journal.run_error(
+                text,
+                if timed_out {
+                    "TimeoutError"
+                } else {
+                    "ModelError"
+                },
+            ),
+            _ => {}
+        }
+        snapshots.abort();
+        let usage = run.journal.usage(lead.messages.len() as i64);
+        if let Err(error) = self.store.save_run_usage(&run.run_id, &usage).await {
+            tracing::error!(%error, "saving the run's usage failed");
+        }
+        // Persisted history first, then the terminal status (SPEC §5.4).
+        run.subagent_buffer.close().await;
+        run.journal.buffer().close().await;
+        let stop_reason = lead.stop_reason;
+        self.set_status(&run.run_id, status, stop_reason, error.clone())
+            .await;
+        let thread_status = match status {
+            RunStatus::Error | RunStatus::Timeout => ThreadStatus::Error,
+            RunStatus::Interrupted => ThreadStatus::Interrupted,
+            _ => ThreadStatus::Idle,
+        };
+        let _ = self
+            .store
+            .set_thread_status(&run.thread_id, thread_status)
+            .await;
+        RunResult {
+            status,
+            stop_reason,
+            error,
+            messages: lead.messages,
+            usage,
+        }
+    }
+
+    async fn set_status(
+        &self,
+        run_id: &str,
+        status: RunStatus,
+        stop_reason: Option<RunStopReason>,
+        error: Option<String>,
+    ) {
+        let update = RunStatusUpdate {
+            status,
+            stop_reason,
+            error,
+        };
+        if let Err(error) = self.store.update_run_status(run_id, &update).await {
+            tracing::error!(%error, run_id, "updating the run status failed");
+        }
+    }
+
+    /// Saves the run's usage every `usage_snapshot_interval` while it runs.
+    fn spawn_usage_snapshots(&self, run: Arc<RunContext>) -> tokio::task::JoinHandle<()> {
+        let store = self.store.clone();
+        let every = self.config().usage_snapshot_interval;
+        tokio::spawn(async move {
+            let mut last = None;
+            loop {
+                tokio::time::sleep(every).await;
+                let usage = run.journal.usage(0);
+                if last.as_ref() != Some(&usage) {
+                    if let Err(error) = store.save_run_usage(&run.run_id, &usage).await {
+                        tracing::warn!(%error, "usage snapshot failed");
+                    }
+                    last = Some(usage);
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,181 @@
+//! The runtime's configuration, its shared parts, and a run's context.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use subflow_models::ChatModel;
+use subflow_store::Store;
+use subflow_store::buffer::{BufferPolicy, EventBuffer, EventScope, RetryQueue, StoreCounters};
+use tokio_util::sync::CancellationToken;
+
+use crate::admission::Admission;
+use crate::guards::{LoopDetectionConfig, TokenBudgetConfig};
+use crate::journal::Journal;
+use crate::output::OutputSink;
+use crate::subagent::SubagentDefinition;
+use crate::tools::Workspace;
+
+/// Everything the runtime is configured with (read by the binary, passed in here).
+#[derive(Debug, Clone)]
+pub struct RuntimeConfig {
+    /// `lead.max_turns`.
+    pub lead_max_turns: u32,
+    /// The lead agent's system prompt.
+    pub lead_system_prompt: String,
+    /// `subagents.enabled`.
+    pub subagents_enabled: bool,
+    /// `subagents.max_concurrent`: task calls kept from one response.
+    pub max_concurrent: usize,
+    /// `subagents.max_total_per_run`.
+    pub max_total_per_run: usize,
+    /// Subagent definitions, the built-in `general-purpose` included.
+    pub definitions: Vec<SubagentDefinition>,
+    /// `token_usage.enabled`: lead attribution of subagent usage (SPEC §4.5).
+    pub token_usage_enabled: bool,
+    /// `run_events.track_token_usage`.
+    pub track_token_usage: bool,
+    /// `run_events.max_trace_content`, bytes.
+    pub max_trace_content: usize,
+    /// `run_events.flush_interval_ms`.
+    pub flush_interval: Duration,
+    /// Where thread workspaces live.
+    pub workspace_root: PathBuf,
+    /// The supervisor's grace after an executor timeout (SPEC §3.7) and the shielded
+    /// wait on parent cancellation (SPEC §3.8).
+    pub supervision_grace: Duration,
+    /// How often usage snapshots of a running run are saved (at most every 5 s).
+    pub usage_snapshot_interval: Duration,
+    /// `loop_detection.*`.
+    pub loop_detection: LoopDetectionConfig,
+    /// `token_budget.*`.
+    pub token_budget: TokenBudgetConfig,
+}
+
+impl RuntimeConfig {
+    /// Defaults of SPEC §1.2 with workspaces under `workspace_root`.
+    pub fn with_defaults(workspace_root: PathBuf) -> Self {
+        RuntimeConfig {
+            lead_max_turns: 100,
+            lead_system_prompt: "You are the lead agent. Delegate independent pieces of work to subagents with the `task` tool, then answer.".to_owned(),
+            subagents_enabled: true,
+            max_concurrent: 3,
+            max_total_per_run: 6,
+            definitions: vec![SubagentDefinition::general_purpose(1800)],
+            token_usage_enabled: true,
+            track_token_usage: true,
+            max_trace_content: 10_240,
+            flush_interval: Duration::from_millis(250),
+            workspace_root,
+            supervision_grace: Duration::from_secs(60),
+            usage_snapshot_interval: Duration::from_secs(5),
+            loop_detection: LoopDetectionConfig::default(),
+            token_budget: TokenBudgetConfig::default(),
+        }
+    }
+}
+
+/// The configured models by name; the first is the default.
+#[derive(Debug, Clone)]
+pub struct Models {
+    by_name: HashMap<String, Arc<dyn ChatModel>>,
+    default: String,
+}
+
+impl Models {
+    /// The models, the first being the default. Panics on an empty list: configuration
+    /// validation guarantees at least one model.
+    pub fn new(models: Vec<Arc<dyn ChatModel>>) -> Self {
+        let default = models
+            .first()
+            .expect("at least one model")
+            .info()
+            .name
+            .clone();
+        let by_name = models
+            .into_iter()
+            .map(|m| (m.info().name.clone(), m))
+            .collect();
+        Models { by_name, default }
+    }
+
+    /// A model by name, else the default.
+    pub fn get(&self, name: Option<&str>) -> Arc<dyn ChatModel> {
+        name.and_then(|n| self.by_name.get(n))
+            .unwrap_or_else(|| &self.by_name[&self.default])
+            .clone()
+    }
+}
+
+/// The parts every run shares: store, models, admission slots, retry queue.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    pub(crate) config: Arc<RuntimeConfig>,
+    pub(crate) store: Arc<dyn Store>,
+    pub(crate) models: Models,
+    pub(crate) admission: Admission,
+    pub(crate) retry: RetryQueue,
+    pub(crate) counters: Arc<StoreCounters>,
+}
+
+impl Runtime {
+    /// A runtime over these parts.
+    pub fn new(
+        config: RuntimeConfig,
+        store: Arc<dyn Store>,
+        models: Models,
+        admission: Admission,
+        retry: RetryQueue,
+        counters: Arc<StoreCounters>,
+    ) -> Self {
+        Runtime {
+            config: Arc::new(config),
+            store,
+            models,
+            admission,
+            retry,
+            counters,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &RuntimeConfig {
+        &self.config
+    }
+
+    pub(crate) fn buffer(&self, scope: &EventScope, policy: BufferPolicy) -> EventBuffer {
+        EventBuffer::spawn(
+            self.store.clone(),
+            scope.clone(),
+            policy,
+            self.retry.clone(),
+            self.counters.clone(),
+        )
+    }
+}
+
+/// One run as its parts see it.
+#[derive(Debug)]
+pub struct RunContext {
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// The run's trace id (SPEC §8.2).
+    pub trace_id: String,
+    /// The 8-hex delegation id prefixed to task log lines (SPEC §8.3).
+    pub short_trace: String,
+    /// The run's journal.
+    pub journal: Journal,
+    /// The subagent buffer.
+    pub subagent_buffer: EventBuffer,
+    /// The live output.
+    pub sink: OutputSink,
+    /// Cancelled when the run is interrupted or times out.
+    pub cancel: CancellationToken,
+    /// The thread's workspace.
+    pub workspace: Workspace,
+    /// The lead's effective model name.
+    pub model_name: String,
+}

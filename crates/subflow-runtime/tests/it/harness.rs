@@ -1,0 +1,103 @@
+//! A runtime over a real store with the scripted model, and helpers to read a run back.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use subflow_contracts::RunEvent;
+use subflow_contracts::messages::Message;
+use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
+use subflow_runtime::admission::{Admission, AdmissionConfig};
+use subflow_runtime::output::{OutputSink, RunOutput};
+use subflow_runtime::run::{RunResult, RunSpec};
+use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
+use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
+use subflow_store::spill::SpillFile;
+use subflow_store::{EventQuery, NewRun, Store};
+use subflow_store_sqlite::SqliteStore;
+use tokio_util::sync::CancellationToken;
+
+/// A runtime and the store behind it.
+pub struct Harness {
+    pub runtime: Runtime,
+    pub store: Arc<dyn Store>,
+    pub dir: tempfile::TempDir,
+}
+
+/// A SQLite file in a temp dir.
+pub async fn sqlite_store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
+    let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
+    Arc::new(SqliteStore::open(&url, 4).await.expect("open SQLite"))
+}
+
+/// The scripted model with no pacing.
+pub fn scripted(script: Option<std::path::PathBuf>) -> Arc<dyn ChatModel> {
+    let config = ScriptedConfig { script, demo_delay_ms: 0, ..ScriptedConfig::default() };
+    Arc::new(ScriptedModel::new(config).expect("scripted model"))
+}
+
+/// A runtime over `store`, configured by `tweak`.
+pub fn harness(store: Arc<dyn Store>, dir: tempfile::TempDir, models: Vec<Arc<dyn ChatModel>>, tweak: impl FnOnce(&mut RuntimeConfig)) -> Harness {
+    let mut config = RuntimeConfig::with_defaults(dir.path().join("workspaces"));
+    tweak(&mut config);
+    let counters = Arc::new(StoreCounters::default());
+    let spill = Arc::new(SpillFile::in_dir(dir.path()));
+    let retry = RetryQueue::spawn(store.clone(), spill, RetryPolicy::default(), counters.clone());
+    let runtime = Runtime::new(config, store.clone(), Models::new(models), Admission::new(AdmissionConfig::default()), retry, counters);
+    Harness { runtime, store, dir }
+}
+
+impl Harness {
+    /// Creates the run record and runs `prompt` on thread `thread`, collecting the output.
+    pub async fn run(&self, thread: &str, run_id: &str, prompt: &str) -> (RunResult, Vec<RunOutput>) {
+        self.store
+            .create_run(NewRun {
+                run_id: run_id.into(),
+                thread_id: thread.into(),
+                owner: "u1".into(),
+                assistant_id: "lead_agent".into(),
+                model_name: None,
+                trace_id: Some("0af7651916cd43dd8448eb211c80319c".into()),
+                metadata: Default::default(),
+                multitask_strategy: "reject".into(),
+                kwargs: serde_json::json!({}),
+            })
+            .await
+            .expect("create run");
+        let (sink, mut rx) = OutputSink::channel();
+        let spec = RunSpec {
+            thread_id: thread.into(),
+            run_id: run_id.into(),
+            user_id: Some("u1".into()),
+            model_name: None,
+            input: vec![Message::human(prompt)],
+            trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
+            delegation_trace: None,
+            cancel: CancellationToken::new(),
+            timeout: Duration::from_secs(600),
+        };
+        let result = self.runtime.run(spec, sink).await;
+        let mut outputs = Vec::new();
+        while let Ok(item) = rx.try_recv() {
+            outputs.push(item);
+        }
+        (result, outputs)
+    }
+
+    /// Every persisted event of a run.
+    pub async fn events(&self, thread: &str, run_id: &str) -> Vec<RunEvent> {
+        let mut query = EventQuery::run(thread, run_id);
+        query.limit = 2000;
+        self.store.list_events(&query).await.expect("list events")
+    }
+}
+
+/// The `custom` payloads of a run's output.
+pub fn custom_payloads(outputs: &[RunOutput]) -> Vec<serde_json::Value> {
+    outputs
+        .iter()
+        .filter_map(|o| match o {
+            RunOutput::Custom { payload, .. } => Some(payload.clone()),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,5 @@
+//! System tests of the runtime without HTTP: real stores, the scripted model, the
+//! live output stream and the persisted run events.
+
+mod demo;
+mod harness;

@@ -1,0 +1,64 @@
+//! Thread state checkpoints (SPEC §2.3 ThreadState): the conversation after each lead
+//! step, newest last, so a reloaded page or a new run resumes from the latest one.
+
+use async_trait::async_trait;
+use serde_json::{Map, Value};
+
+use crate::Result;
+
+/// A checkpoint to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewCheckpoint {
+    /// Thread id.
+    pub thread_id: String,
+    /// Unique id (a UUID v7 string, so ids sort by creation).
+    pub checkpoint_id: String,
+    /// The checkpoint this one follows.
+    pub parent_checkpoint_id: Option<String>,
+    /// The run that wrote it.
+    pub run_id: Option<String>,
+    /// State values: `{messages, title?}`.
+    pub values: Value,
+    /// Checkpoint metadata, e.g. `deerflow_trace_id`, `step`.
+    pub metadata: Map<String, Value>,
+}
+
+/// A stored checkpoint.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// Thread id.
+    pub thread_id: String,
+    /// Unique id.
+    pub checkpoint_id: String,
+    /// The checkpoint this one follows.
+    pub parent_checkpoint_id: Option<String>,
+    /// The run that wrote it.
+    pub run_id: Option<String>,
+    /// State values.
+    pub values: Value,
+    /// Metadata.
+    pub metadata: Map<String, Value>,
+    /// RFC 3339, written by the store.
+    pub created_at: String,
+}
+
+/// Storage of checkpoints.
+#[async_trait]
+pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
+    /// Stores a checkpoint; the thread id must be valid.
+    async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint>;
+
+    /// The thread's newest checkpoint.
+    async fn latest_checkpoint(&self, thread_id: &str) -> Result<Option<Checkpoint>>;
+
+    /// The thread's checkpoints, newest first, older than `before` (a checkpoint id) when given.
+    async fn list_checkpoints(
+        &self,
+        thread_id: &str,
+        limit: u32,
+        before: Option<&str>,
+    ) -> Result<Vec<Checkpoint>>;
+
+    /// Deletes the checkpoints a run wrote (`rollback`); returns how many.
+    async fn delete_run_checkpoints(&self, thread_id: &str, run_id: &str) -> Result<u64>;
+}
