@@ -123,8 +123,11 @@ impl Endpoint {
         max_retries: u32,
         backoff: Backoff,
     ) -> Result<Self, Error> {
-        let mut builder =
-            reqwest::Client::builder().user_agent(concat!("subflow/", env!("CARGO_PKG_VERSION")));
+        // `no_proxy` because reqwest would otherwise read `HTTP(S)_PROXY` from the
+        // environment, and this crate takes its configuration only from its caller.
+        let mut builder = reqwest::Client::builder()
+            .user_agent(concat!("subflow/", env!("CARGO_PKG_VERSION")))
+            .no_proxy();
         if let Some(timeout) = timeout {
             // A total timeout would cut long answers off; these bound silence instead.
             builder = builder.connect_timeout(timeout).read_timeout(timeout);

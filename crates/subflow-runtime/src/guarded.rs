@@ -31,7 +31,11 @@ pub(crate) struct Guards {
 
 impl Guards {
     /// Fresh guards; `agent_id` is the subagent's definition name, `None` for the lead.
-    pub fn new(loops: &LoopDetectionConfig, budget: &TokenBudgetConfig, agent_id: Option<&str>) -> Self {
+    pub fn new(
+        loops: &LoopDetectionConfig,
+        budget: &TokenBudgetConfig,
+        agent_id: Option<&str>,
+    ) -> Self {
         Guards {
             detector: loops.enabled.then(|| LoopDetector::new(loops.clone())),
             budget: budget.enabled.then(|| TokenBudget::new(budget.clone())),
@@ -44,28 +48,40 @@ impl Guards {
 
     /// Warnings queued since the last model call, as trailing human messages.
     pub fn injections(&mut self) -> Vec<Message> {
-        [self.loop_warnings.take_injection(), self.budget_warnings.take_injection()]
-            .into_iter()
-            .flatten()
-            .collect()
+        [
+            self.loop_warnings.take_injection(),
+            self.budget_warnings.take_injection(),
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// Checks one model response. Returns the response to keep (rewritten on a hard
     /// stop) and which guard stopped the loop, if one did. Loop-detection transitions are
     /// handed to `record` as `middleware:loop_detection` content.
-    pub fn after_model(&mut self, thread_key: &str, ai: AiMessage, record: impl Fn(Value)) -> (AiMessage, Option<GuardStop>) {
+    pub fn after_model(
+        &mut self,
+        thread_key: &str,
+        ai: AiMessage,
+        record: impl Fn(Value),
+    ) -> (AiMessage, Option<GuardStop>) {
         if let (Some(budget), Some(usage)) = (self.budget.as_mut(), ai.usage_metadata) {
             match budget.observe(usage.input_tokens, usage.output_tokens) {
                 BudgetCheck::None => {}
                 BudgetCheck::Warn(text) => self.budget_warnings.push(text),
-                BudgetCheck::HardStop(text) => return (hard_stop(&ai, &text), Some(GuardStop::Token)),
+                BudgetCheck::HardStop(text) => {
+                    return (hard_stop(&ai, &text), Some(GuardStop::Token));
+                }
             }
         }
         let Some(detector) = self.detector.as_mut().filter(|_| !ai.tool_calls.is_empty()) else {
             return (ai, None);
         };
         let detection = detector.after_model(thread_key, &ai);
-        if let Some(content) = loop_event_content(&detection, self.is_subagent, self.agent_id.as_deref()) {
+        if let Some(content) =
+            loop_event_content(&detection, self.is_subagent, self.agent_id.as_deref())
+        {
             record(content);
         }
         match detection {
@@ -74,7 +90,9 @@ impl Guards {
                 self.loop_warnings.push(message);
                 (ai, None)
             }
-            Detection::HardStop { stop_text, .. } => (hard_stop(&ai, &stop_text), Some(GuardStop::Loop)),
+            Detection::HardStop { stop_text, .. } => {
+                (hard_stop(&ai, &stop_text), Some(GuardStop::Loop))
+            }
         }
     }
 }

@@ -146,7 +146,9 @@ impl Lead<'_> {
                 _ => {}
             }
             let journal = &self.run.journal;
-            let (mut ai, stopped) = self.guards.after_model(&self.run.thread_id, ai, |content| journal.loop_detection(content));
+            let (mut ai, stopped) = self.guards.after_model(&self.run.thread_id, ai, |content| {
+                journal.loop_detection(content)
+            });
             if let Some(stop) = stopped {
                 self.stop_reason = Some(match stop {
                     GuardStop::Loop => RunStopReason::LoopCapped,

@@ -178,7 +178,9 @@ impl Execution {
                     .record(&format!("{}:{turn}", self.execution_id), model_name, usage);
             }
             let proxy = JournalProxy::new(&self.run.journal);
-            let (ai, stopped) = self.guards.after_model(&guard_key, ai, |content| proxy.loop_detection(content));
+            let (ai, stopped) = self
+                .guards
+                .after_model(&guard_key, ai, |content| proxy.loop_detection(content));
             last_ai_text = text_of(&ai.content);
             let calls = ai.tool_calls.clone();
             messages.push(Message::Ai(ai.clone()));

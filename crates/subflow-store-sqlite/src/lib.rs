@@ -673,7 +673,7 @@ impl RecordStore for SqliteStore {
             for sql in [
                 "DELETE FROM run_events WHERE thread_id = ?",
                 "DELETE FROM thread_seq WHERE thread_id = ?",
-                
+                "DELETE FROM checkpoints WHERE thread_id = ?",
             ] {
                 tx.execute(sql, [&thread_id]).db()?;
             }
@@ -940,7 +940,7 @@ impl CheckpointStore for SqliteStore {
         if let Some(before) = before {
             // An id unknown in this thread makes the subquery NULL, so nothing matches.
             sql.push_str(
-                " AND id <= (SELECT id FROM checkpoints WHERE thread_id = ?1 \
+                " AND id < (SELECT id FROM checkpoints WHERE thread_id = ?1 \
                  AND checkpoint_id = ?2)",
             );
             params.push(SqlValue::Text(before.to_owned()));

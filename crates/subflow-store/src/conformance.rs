@@ -1352,6 +1352,10 @@ pub async fn checkpoint_paging_with_limit_one_equals_the_full_list(store: Arc<dy
         assert_eq!(page.len(), 1);
         before = Some(page[0].checkpoint_id.clone());
         paged.extend(page);
+        assert!(
+            paged.len() <= full.len(),
+            "paging must end: {before:?} repeats"
+        );
     }
     assert_eq!(paged, full);
 }

@@ -305,7 +305,11 @@ fn the_api_key_never_shows_in_debug_output_and_is_required_by_the_api() {
         ..AnthropicConfig::new("claude", "claude-sonnet-4-5")
     };
     let model = AnthropicModel::new(config.clone()).unwrap();
-    for text in [format!("{config:?}"), format!("{model:?}"), format!("{model:#?}")] {
+    for text in [
+        format!("{config:?}"),
+        format!("{model:?}"),
+        format!("{model:#?}"),
+    ] {
         assert!(!text.contains(KEY), "{text}");
         assert!(!text.contains("0123456789abcdef"), "{text}");
     }

@@ -4,6 +4,7 @@
 mod anthropic;
 mod openai;
 mod retries;
+mod scripted;
 mod server;
 
 use std::time::Duration;
@@ -74,7 +75,9 @@ impl Provider {
             Provider::OpenAi => vec![
                 openai::chunk(r#"{"role":"assistant","content":""}"#, None),
                 openai::chunk(r#"{"content":"Hi!"}"#, Some("stop")),
-                openai::usage_chunk(r#"{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}"#),
+                openai::usage_chunk(
+                    r#"{"prompt_tokens":5,"completion_tokens":2,"total_tokens":7}"#,
+                ),
                 "data: [DONE]\n\n".to_owned(),
             ],
             Provider::Anthropic => vec![
@@ -84,7 +87,10 @@ impl Provider {
                     r#"{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}"#,
                 ),
                 anthropic::text_delta(0, "Hi!"),
-                anthropic::event("content_block_stop", r#"{"type":"content_block_stop","index":0}"#),
+                anthropic::event(
+                    "content_block_stop",
+                    r#"{"type":"content_block_stop","index":0}"#,
+                ),
                 anthropic::message_delta("end_turn", 2),
                 anthropic::message_stop(),
             ],

@@ -26,7 +26,10 @@ pub fn usage_chunk(usage: &str) -> String {
 /// `body` in pieces of `size` characters, so lines and events straddle network reads.
 fn pieces(body: &str, size: usize) -> Vec<String> {
     let chars: Vec<char> = body.chars().collect();
-    chars.chunks(size).map(|piece| piece.iter().collect()).collect()
+    chars
+        .chunks(size)
+        .map(|piece| piece.iter().collect())
+        .collect()
 }
 
 #[tokio::test]
@@ -269,24 +272,31 @@ async fn a_stream_cut_after_text_fails_without_a_retry() {
 
     let error = within(call(model.as_ref(), hello())).await.unwrap_err();
 
-    assert!(matches!(error, Error::Transport { provider: "openai", .. }), "{error:?}");
+    assert!(
+        matches!(
+            error,
+            Error::Transport {
+                provider: "openai",
+                ..
+            }
+        ),
+        "{error:?}"
+    );
     assert_eq!(server.requests().len(), 1);
 }
 
 #[tokio::test]
 async fn an_answer_without_done_is_a_failure_unless_it_finished() {
     // The body ends cleanly but the answer did not: no finish reason, no [DONE].
-    let server = TestServer::start(vec![Reply::sse([
-        chunk(r#"{"content":"Hi"}"#, None),
-    ])])
-    .await;
+    let server = TestServer::start(vec![Reply::sse([chunk(r#"{"content":"Hi"}"#, None)])]).await;
     let model = Provider::OpenAi.model(&server, 0);
     let error = within(call(model.as_ref(), hello())).await.unwrap_err();
     assert!(matches!(error, Error::Transport { .. }), "{error:?}");
 
-    let server = TestServer::start(vec![Reply::sse([
-        chunk(r#"{"content":"Hi"}"#, Some("stop")),
-    ])])
+    let server = TestServer::start(vec![Reply::sse([chunk(
+        r#"{"content":"Hi"}"#,
+        Some("stop"),
+    )])])
     .await;
     let model = Provider::OpenAi.model(&server, 0);
     let (message, _, _) = within(call(model.as_ref(), hello())).await.unwrap();
@@ -335,7 +345,11 @@ fn the_api_key_never_shows_in_debug_output() {
         ..OpenAiConfig::new("gpt", "gpt-4o")
     };
     let model = OpenAiModel::new(config.clone()).unwrap();
-    for text in [format!("{config:?}"), format!("{model:?}"), format!("{model:#?}")] {
+    for text in [
+        format!("{config:?}"),
+        format!("{model:?}"),
+        format!("{model:#?}"),
+    ] {
         assert!(!text.contains(KEY), "{text}");
         assert!(!text.contains("0123456789abcdef"), "{text}");
     }

@@ -67,10 +67,7 @@ async fn a_500_is_retried_until_the_retries_run_out() {
 
             let error = call(model.as_ref(), hello()).await.unwrap_err();
 
-            let Error::Status {
-                status, detail, ..
-            } = &error
-            else {
+            let Error::Status { status, detail, .. } = &error else {
                 panic!("{provider:?}: {error:?}");
             };
             assert_eq!(*status, 500);
@@ -105,10 +102,7 @@ async fn a_400_fails_at_once_with_the_response_body() {
 
         let error = within(call(model.as_ref(), hello())).await.unwrap_err();
 
-        let Error::Status {
-            status, detail, ..
-        } = &error
-        else {
+        let Error::Status { status, detail, .. } = &error else {
             panic!("{provider:?}: {error:?}");
         };
         assert_eq!(*status, 400);
@@ -167,7 +161,11 @@ async fn connection_errors_are_retried_then_reported() {
         let error = call(model.as_ref(), hello()).await.unwrap_err();
 
         assert!(matches!(error, Error::Transport { .. }), "{error:?}");
-        assert_eq!(started.elapsed(), Duration::from_millis(500), "{provider:?}");
+        assert_eq!(
+            started.elapsed(),
+            Duration::from_millis(500),
+            "{provider:?}"
+        );
     }
 }
 

@@ -20,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 pub struct Harness {
     pub runtime: Runtime,
     pub store: Arc<dyn Store>,
-    pub dir: tempfile::TempDir,
+    pub _dir: tempfile::TempDir,
 }
 
 /// A SQLite file in a temp dir.
@@ -31,24 +31,66 @@ pub async fn sqlite_store(dir: &tempfile::TempDir) -> Arc<dyn Store> {
 
 /// The scripted model with no pacing.
 pub fn scripted(script: Option<std::path::PathBuf>) -> Arc<dyn ChatModel> {
-    let config = ScriptedConfig { script, demo_delay_ms: 0, ..ScriptedConfig::default() };
+    let config = ScriptedConfig {
+        script,
+        demo_delay_ms: 0,
+        ..ScriptedConfig::default()
+    };
     Arc::new(ScriptedModel::new(config).expect("scripted model"))
 }
 
 /// A runtime over `store`, configured by `tweak`.
-pub fn harness(store: Arc<dyn Store>, dir: tempfile::TempDir, models: Vec<Arc<dyn ChatModel>>, tweak: impl FnOnce(&mut RuntimeConfig)) -> Harness {
+pub fn harness(
+    store: Arc<dyn Store>,
+    dir: tempfile::TempDir,
+    models: Vec<Arc<dyn ChatModel>>,
+    tweak: impl FnOnce(&mut RuntimeConfig),
+) -> Harness {
     let mut config = RuntimeConfig::with_defaults(dir.path().join("workspaces"));
     tweak(&mut config);
     let counters = Arc::new(StoreCounters::default());
     let spill = Arc::new(SpillFile::in_dir(dir.path()));
-    let retry = RetryQueue::spawn(store.clone(), spill, RetryPolicy::default(), counters.clone());
-    let runtime = Runtime::new(config, store.clone(), Models::new(models), Admission::new(AdmissionConfig::default()), retry, counters);
-    Harness { runtime, store, dir }
+    let retry = RetryQueue::spawn(
+        store.clone(),
+        spill,
+        RetryPolicy::default(),
+        counters.clone(),
+    );
+    let runtime = Runtime::new(
+        config,
+        store.clone(),
+        Models::new(models),
+        Admission::new(AdmissionConfig::default()),
+        retry,
+        counters,
+    );
+    Harness {
+        runtime,
+        store,
+        _dir: dir,
+    }
 }
 
 impl Harness {
     /// Creates the run record and runs `prompt` on thread `thread`, collecting the output.
-    pub async fn run(&self, thread: &str, run_id: &str, prompt: &str) -> (RunResult, Vec<RunOutput>) {
+    pub async fn run(
+        &self,
+        thread: &str,
+        run_id: &str,
+        prompt: &str,
+    ) -> (RunResult, Vec<RunOutput>) {
+        self.run_with_cancel(thread, run_id, prompt, CancellationToken::new())
+            .await
+    }
+
+    /// Like [`Harness::run`], interrupted when `cancel` fires.
+    pub async fn run_with_cancel(
+        &self,
+        thread: &str,
+        run_id: &str,
+        prompt: &str,
+        cancel: CancellationToken,
+    ) -> (RunResult, Vec<RunOutput>) {
         self.store
             .create_run(NewRun {
                 run_id: run_id.into(),
@@ -72,7 +114,7 @@ impl Harness {
             input: vec![Message::human(prompt)],
             trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
             delegation_trace: None,
-            cancel: CancellationToken::new(),
+            cancel,
             timeout: Duration::from_secs(600),
         };
         let result = self.runtime.run(spec, sink).await;

@@ -3,3 +3,4 @@
 
 mod demo;
 mod harness;
+mod paths;

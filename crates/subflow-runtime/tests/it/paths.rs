@@ -1,0 +1,442 @@
+//! Every terminal path of a task, each guard, the limits and the unknown type, driven by
+//! script files on the in-memory store (paused time where time matters).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use subflow_contracts::messages::{Message, ToolMessage};
+use subflow_contracts::{RunStatus, RunStopReason};
+use subflow_models::{ChatModel, ChatRequest, ChatStream, ModelInfo};
+use subflow_runtime::runtime::RuntimeConfig;
+use subflow_runtime::subagent::SubagentDefinition;
+use subflow_store::MemoryStore;
+
+use crate::harness::{Harness, custom_payloads, harness, scripted};
+
+/// A harness whose scripted model follows `rules` (SPEC §1.3 script format).
+fn scripted_harness(rules: Value, tweak: impl FnOnce(&mut RuntimeConfig)) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.json");
+    std::fs::write(&path, json!({"rules": rules}).to_string()).unwrap();
+    harness(
+        Arc::new(MemoryStore::new()),
+        dir,
+        vec![scripted(Some(path))],
+        tweak,
+    )
+}
+
+fn task_results(messages: &[Message]) -> Vec<&ToolMessage> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(t) if t.name.as_deref() == Some("task") => Some(t),
+            _ => None,
+        })
+        .collect()
+}
+
+fn event_types(payloads: &[Value]) -> Vec<String> {
+    payloads
+        .iter()
+        .map(|p| p["type"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn subagent(rule_turns: Value) -> Value {
+    json!({"agent": "subagent:general-purpose", "turns": rule_turns})
+}
+
+fn with_definition(max_turns: u32, timeout_seconds: u64) -> impl FnOnce(&mut RuntimeConfig) {
+    move |config| {
+        let mut definition = SubagentDefinition::general_purpose(timeout_seconds);
+        definition.max_turns = max_turns;
+        config.definitions = vec![definition];
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failing_provider_fails_the_task_with_the_fallback_text() {
+    let h = scripted_harness(
+        json!([subagent(json!([{"error": "provider exploded"}]))]),
+        |_| {},
+    );
+    let (result, outputs) = h
+        .run("t1", "r1", "/task general-purpose Look into it")
+        .await;
+    assert_eq!(result.status, RunStatus::Success);
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(tool.additional_kwargs["subagent_status"], "failed");
+    assert_eq!(
+        tool.additional_kwargs["subagent_error"],
+        "The model request failed: provider exploded"
+    );
+    assert_eq!(
+        tool.content,
+        json!("Task failed. Error: The model request failed: provider exploded")
+    );
+    let payloads = custom_payloads(&outputs);
+    assert_eq!(
+        event_types(&payloads),
+        ["task_started", "task_running", "task_failed"]
+    );
+    assert_eq!(
+        payloads[1]["message"]["additional_kwargs"]["deerflow_error_fallback"],
+        true
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_cap_with_partial_text_completes_capped_and_without_text_fails() {
+    let with_text = scripted_harness(
+        json!([subagent(
+            json!([{"text": "partial findings", "tool_calls": [{"name": "ls", "args": {}}]}])
+        )]),
+        with_definition(2, 600),
+    );
+    let (result, _) = with_text
+        .run("t1", "r1", "/task general-purpose Explore")
+        .await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(tool.additional_kwargs["subagent_status"], "completed");
+    assert_eq!(
+        tool.additional_kwargs["subagent_stop_reason"],
+        "turn_capped"
+    );
+    assert_eq!(
+        tool.content,
+        json!("Task Succeeded (capped: turn budget). Result: partial findings")
+    );
+
+    let without_text = scripted_harness(
+        json!([subagent(
+            json!([{"tool_calls": [{"name": "ls", "args": {}}]}])
+        )]),
+        with_definition(2, 600),
+    );
+    let (result, _) = without_text
+        .run("t1", "r1", "/task general-purpose Explore")
+        .await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(tool.additional_kwargs["subagent_status"], "failed");
+    assert_eq!(
+        tool.additional_kwargs["subagent_stop_reason"],
+        "turn_capped"
+    );
+    assert_eq!(
+        tool.additional_kwargs["subagent_error"],
+        "Reached max_turns=2"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_executor_timeout_ends_the_task_timed_out() {
+    let h = scripted_harness(
+        json!([subagent(json!([{"text": "too late", "delay_ms": 5000}]))]),
+        with_definition(10, 1),
+    );
+    let (result, outputs) = h.run("t1", "r1", "/task general-purpose Slow work").await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(tool.additional_kwargs["subagent_status"], "timed_out");
+    assert_eq!(
+        tool.additional_kwargs["subagent_error"],
+        "Execution timed out after 1 seconds"
+    );
+    let last = custom_payloads(&outputs).pop().unwrap();
+    assert_eq!(last["type"], "task_timed_out");
+    assert_eq!(last["error"], "Execution timed out after 1 seconds");
+    let ends: Vec<Value> = h
+        .events("t1", "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "subagent.end")
+        .map(|e| e.content)
+        .collect();
+    assert_eq!(ends[0]["status"], "timed_out");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_unknown_subagent_type_fails_without_any_task_event() {
+    let h = scripted_harness(json!([]), |_| {});
+    let (result, outputs) = h.run("t1", "r1", "/task nonexistent Do it").await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(tool.additional_kwargs["subagent_status"], "failed");
+    assert_eq!(
+        tool.additional_kwargs["subagent_error"],
+        "Unknown subagent type 'nonexistent'. Available: general-purpose"
+    );
+    assert!(!tool.additional_kwargs.contains_key("subagent_model_name"));
+    assert!(custom_payloads(&outputs).is_empty());
+    assert!(
+        h.events("t1", "r1")
+            .await
+            .iter()
+            .all(|e| e.category != "subagent")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn task_calls_over_the_concurrency_limit_are_stripped_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(
+        Arc::new(MemoryStore::new()),
+        dir,
+        vec![scripted(None)],
+        |config| config.max_concurrent = 2,
+    );
+    let (result, outputs) = h.run("t1", "r1", "Plan a migration").await;
+    assert_eq!(result.stop_reason, Some(RunStopReason::SubagentLimitCapped));
+    let dispatch = result
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Ai(ai) if !ai.tool_calls.is_empty() => Some(ai),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(dispatch.tool_calls.len(), 2);
+    assert_eq!(dispatch.response_metadata["finish_reason"], "stop");
+    assert!(
+        dispatch
+            .content
+            .as_str()
+            .unwrap()
+            .contains("subagent delegation limit")
+    );
+    let started = custom_payloads(&outputs)
+        .iter()
+        .filter(|p| p["type"] == "task_started")
+        .count();
+    assert_eq!(started, 2);
+    let run = h.store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(run.stop_reason, Some(RunStopReason::SubagentLimitCapped));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_subagent_loop_warns_then_hard_stops_and_audits_through_the_parent_journal() {
+    let repeat = json!([{"tool_calls": [{"name": "read_file", "args": {"path": "notes.md"}}]}]);
+    let h = scripted_harness(json!([subagent(repeat)]), with_definition(20, 600));
+    let (result, _) = h
+        .run("t1", "r1", "/task general-purpose Keep reading")
+        .await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(tool.additional_kwargs["subagent_status"], "completed");
+    assert_eq!(
+        tool.additional_kwargs["subagent_stop_reason"],
+        "loop_capped"
+    );
+    assert!(
+        tool.additional_kwargs["subagent_result_brief"]
+            .as_str()
+            .unwrap()
+            .contains("[FORCED STOP] Repeated tool calls exceeded the safety limit.")
+    );
+    let audits: Vec<Value> = h
+        .events("t1", "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "middleware:loop_detection")
+        .map(|e| e.content)
+        .collect();
+    let actions: Vec<&str> = audits
+        .iter()
+        .map(|a| a["action"].as_str().unwrap())
+        .collect();
+    assert_eq!(actions, ["warn", "hard_stop"]);
+    for audit in &audits {
+        assert_eq!(audit["changes"]["is_subagent"], true);
+        assert_eq!(audit["changes"]["agent_id"], "general-purpose");
+        assert_eq!(audit["changes"]["detection_layer"], "identical_call_set");
+        assert!(
+            !audit.to_string().contains("notes.md"),
+            "no arguments in audit events"
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_lead_loop_hard_stop_caps_the_run() {
+    let repeat = json!([{"tool_calls": [{"name": "ls", "args": {"path": "."}}]}]);
+    let h = scripted_harness(json!([{"agent": "lead_agent", "turns": repeat}]), |_| {});
+    let (result, _) = h.run("t1", "r1", "Look around").await;
+    assert_eq!(result.status, RunStatus::Success);
+    assert_eq!(result.stop_reason, Some(RunStopReason::LoopCapped));
+    let audits: Vec<Value> = h
+        .events("t1", "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "middleware:loop_detection")
+        .map(|e| e.content)
+        .collect();
+    assert_eq!(audits.len(), 2);
+    assert_eq!(audits[0]["changes"]["is_subagent"], false);
+    assert_eq!(audits[0]["changes"]["agent_id"], Value::Null);
+    let last = result.messages.last().unwrap();
+    let Message::Ai(ai) = last else {
+        panic!("ends with the capped answer")
+    };
+    assert!(ai.tool_calls.is_empty());
+    assert_eq!(ai.response_metadata["finish_reason"], "stop");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_budget_hard_stop_caps_the_subagent() {
+    let heavy = json!([{"text": "working", "tool_calls": [{"name": "ls", "args": {}}], "usage": {"input": 900, "output": 200}}]);
+    let h = scripted_harness(json!([subagent(heavy)]), |config| {
+        config.token_budget.enabled = true;
+        config.token_budget.max_tokens = 1000;
+    });
+    let (result, _) = h.run("t1", "r1", "/task general-purpose Spend").await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(
+        tool.additional_kwargs["subagent_stop_reason"],
+        "token_capped"
+    );
+    assert!(
+        tool.additional_kwargs["subagent_result_brief"]
+            .as_str()
+            .unwrap()
+            .contains("[TOKEN BUDGET EXCEEDED]")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn cancelling_the_parent_cancels_the_task_persists_its_end_and_writes_no_tool_message() {
+    let turns = json!([
+        {"text": "first", "tool_calls": [{"name": "ls", "args": {}}], "usage": {"input": 40, "output": 10}},
+        {"text": "never", "delay_ms": 60000}
+    ]);
+    let h = scripted_harness(json!([subagent(turns)]), |_| {});
+    let spec_cancel = tokio_util::sync::CancellationToken::new();
+    let canceller = spec_cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        canceller.cancel();
+    });
+    let (result, outputs) = h
+        .run_with_cancel("t1", "r1", "/task general-purpose Long job", spec_cancel)
+        .await;
+    assert_eq!(result.status, RunStatus::Interrupted);
+    assert!(
+        task_results(&result.messages).is_empty(),
+        "no ToolMessage for the interrupted turn"
+    );
+    let payloads = custom_payloads(&outputs);
+    let last = payloads.last().unwrap();
+    assert_eq!(last["type"], "task_cancelled");
+    assert_eq!(last["error"], "Cancelled by user");
+    let ends: Vec<Value> = h
+        .events("t1", "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "subagent.end")
+        .map(|e| e.content)
+        .collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["status"], "cancelled");
+    let run = h.store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Interrupted);
+    assert_eq!(
+        run.usage.subagent_tokens, 50,
+        "the usage collected before the cancel is reported once"
+    );
+}
+
+/// A model that panics inside a call, so the execution vanishes without a status.
+#[derive(Debug)]
+struct Panicking(ModelInfo);
+
+#[async_trait]
+impl ChatModel for Panicking {
+    fn info(&self) -> &ModelInfo {
+        &self.0
+    }
+    async fn stream(&self, _request: ChatRequest) -> Result<ChatStream, subflow_models::Error> {
+        panic!("the provider client crashed");
+    }
+}
+
+/// A model that blocks its thread, so the executor cannot even observe its timeout.
+#[derive(Debug)]
+struct Stuck(ModelInfo);
+
+#[async_trait]
+impl ChatModel for Stuck {
+    fn info(&self) -> &ModelInfo {
+        &self.0
+    }
+    async fn stream(&self, _request: ChatRequest) -> Result<ChatStream, subflow_models::Error> {
+        std::thread::sleep(Duration::from_millis(600));
+        Err(subflow_models::Error::Scripted("unblocked".into()))
+    }
+}
+
+fn info(name: &str) -> ModelInfo {
+    ModelInfo {
+        name: name.into(),
+        model: name.into(),
+        provider: "scripted",
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_execution_that_vanishes_fails_as_disappeared_without_usage_or_model() {
+    let dir = tempfile::tempdir().unwrap();
+    let models: Vec<Arc<dyn ChatModel>> =
+        vec![scripted(None), Arc::new(Panicking(info("panicky")))];
+    let h = harness(Arc::new(MemoryStore::new()), dir, models, |config| {
+        config.definitions[0].model = Some("panicky".into())
+    });
+    let (result, outputs) = h.run("t1", "r1", "/task general-purpose Crash").await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(tool.additional_kwargs["subagent_status"], "failed");
+    assert_eq!(
+        tool.additional_kwargs["subagent_error"],
+        "Task disappeared from background tasks"
+    );
+    let last = custom_payloads(&outputs).pop().unwrap();
+    assert_eq!(
+        last,
+        json!({"type": "task_failed", "task_id": tool.tool_call_id, "error": "Task disappeared from background tasks"})
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_execution_is_caught_by_the_supervision_safety_net() {
+    let dir = tempfile::tempdir().unwrap();
+    let models: Vec<Arc<dyn ChatModel>> = vec![scripted(None), Arc::new(Stuck(info("stuck")))];
+    let h = harness(Arc::new(MemoryStore::new()), dir, models, |config| {
+        let mut definition = SubagentDefinition::general_purpose(0);
+        definition.model = Some("stuck".into());
+        config.definitions = vec![definition];
+        config.supervision_grace = Duration::from_millis(100);
+    });
+    let (result, outputs) = h.run("t1", "r1", "/task general-purpose Hang").await;
+    let tool = task_results(&result.messages)[0];
+    assert_eq!(
+        tool.additional_kwargs["subagent_status"],
+        "polling_timed_out"
+    );
+    assert_eq!(
+        tool.content,
+        json!(
+            "Task polling timed out after 0 minutes. This may indicate the background task is stuck. Status: running"
+        )
+    );
+    let last = custom_payloads(&outputs).pop().unwrap();
+    assert_eq!(last["type"], "task_timed_out");
+    assert!(
+        last.get("error").is_none(),
+        "the safety net's event has no error key"
+    );
+    let ends: Vec<Value> = h
+        .events("t1", "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "subagent.end")
+        .map(|e| e.content)
+        .collect();
+    assert_eq!(ends[0]["status"], "timed_out");
+}
