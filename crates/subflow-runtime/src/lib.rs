@@ -9,6 +9,7 @@ mod guarded;
 pub mod guards;
 pub mod journal;
 mod lead;
+pub mod observers;
 pub mod output;
 pub mod run;
 pub mod runtime;

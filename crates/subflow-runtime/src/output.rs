@@ -88,10 +88,14 @@ impl TaskEmitter {
     }
 
     fn emit(&self, payload: Value, created: Instant) {
+        // Live first: persisting maps and serialises the event, which a watcher need not wait for.
+        self.sink.send(RunOutput::Custom {
+            payload: payload.clone(),
+            created,
+        });
         if let Err(reason) = self.buffer.record_task_event(&payload) {
             tracing::error!(task_id = %self.task_id, %reason, "task event could not be persisted");
         }
-        self.sink.send(RunOutput::Custom { payload, created });
     }
 
     /// `task_started`.

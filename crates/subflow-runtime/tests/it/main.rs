@@ -3,4 +3,5 @@
 
 mod demo;
 mod harness;
+mod observers;
 mod paths;

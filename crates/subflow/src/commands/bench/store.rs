@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use clap::{Subcommand, ValueEnum};
+use clap::ValueEnum;
 use serde_json::{Value, json};
 use subflow_contracts::NewEvent;
 use subflow_contracts::task_events::map_task_event;
@@ -15,16 +15,9 @@ use subflow_store::buffer::{
 use subflow_store::spill::SpillFile;
 use subflow_store::{EventQuery, Store};
 
-use super::UsageError;
+use super::super::UsageError;
+use super::peak_rss_mb;
 use crate::storage::Backend;
-
-/// The benchmarks.
-#[derive(Debug, Subcommand)]
-pub enum Bench {
-    /// Run event ingest through the real buffer and store against the driver's ceiling,
-    /// then task-filtered paging.
-    Store(StoreArgs),
-}
 
 /// Which backend `bench store` measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -62,14 +55,8 @@ const PAGE_LIMIT: u32 = 500;
 /// Passes over the paged task.
 const PAGE_PASSES: usize = 5;
 
-/// Runs a benchmark.
-pub async fn run(bench: Bench) -> anyhow::Result<()> {
-    match bench {
-        Bench::Store(args) => store(args).await,
-    }
-}
-
-async fn store(args: StoreArgs) -> anyhow::Result<()> {
+/// Runs `subflow bench store`.
+pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
     let per_run = STEPS_PER_TASK * TASKS_PER_RUN;
     if args.events < per_run {
         return Err(UsageError(format!(
@@ -273,23 +260,4 @@ async fn page(store: &Arc<dyn Store>, thread: &str) -> anyhow::Result<Duration> 
     }
     times.sort();
     Ok(times[times.len() / 2])
-}
-
-/// Peak resident set size of this process, from `/proc/self/status`.
-fn peak_rss_mb() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|status| {
-            status
-                .lines()
-                .find_map(|line| line.strip_prefix("VmHWM:"))
-                .and_then(|rest| {
-                    rest.trim()
-                        .trim_end_matches("kB")
-                        .trim()
-                        .parse::<f64>()
-                        .ok()
-                })
-        })
-        .map_or(0.0, |kb| kb / 1024.0)
 }

@@ -1,0 +1,45 @@
+//! `subflow bench`: speed measurements that print ratios against a baseline measured in
+//! the same run. Run them on a release build.
+
+mod runtime;
+mod store;
+
+use clap::Subcommand;
+
+/// The benchmarks.
+#[derive(Debug, Subcommand)]
+pub enum Bench {
+    /// Run event ingest through the real buffer and store against the driver's ceiling,
+    /// then task-filtered paging.
+    Store(store::StoreArgs),
+    /// Observability overhead per subagent step: a delegation run with events persisted
+    /// to SQLite against the same run on the in-memory store.
+    Runtime(runtime::RuntimeArgs),
+}
+
+/// Runs a benchmark.
+pub async fn run(bench: Bench) -> anyhow::Result<()> {
+    match bench {
+        Bench::Store(args) => store::run(args).await,
+        Bench::Runtime(args) => runtime::run(args).await,
+    }
+}
+
+/// Peak resident set size of this process, from `/proc/self/status`.
+fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmHWM:"))
+                .and_then(|rest| {
+                    rest.trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<f64>()
+                        .ok()
+                })
+        })
+        .map_or(0.0, |kb| kb / 1024.0)
+}
