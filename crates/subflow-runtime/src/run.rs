@@ -15,6 +15,7 @@ use uuid::Uuid;
 use crate::guarded::Guards;
 use crate::journal::Journal;
 use crate::lead::{Lead, LeadEnd};
+use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::OutputSink;
 use crate::runtime::{RunContext, Runtime};
 use crate::tools::Workspace;
@@ -101,7 +102,12 @@ impl Runtime {
             cancel: spec.cancel.clone(),
             workspace: Workspace::for_thread(&config.workspace_root, &spec.thread_id),
             model_name,
+            observers: self.observers.clone(),
         });
+        let observed = run
+            .observers
+            .start(TaskInfo::lead(&spec.run_id, &spec.thread_id, false))
+            .await;
         self.set_status(&run.run_id, RunStatus::Running, None, None)
             .await;
         let _ = self
@@ -204,6 +210,7 @@ impl Runtime {
             .store
             .set_thread_status(&run.thread_id, thread_status)
             .await;
+        observed.stop(ObserverOutcome::for_lead(status)).await;
         RunResult {
             status,
             stop_reason,

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::Admission;
 use crate::guards::{LoopDetectionConfig, TokenBudgetConfig};
 use crate::journal::Journal;
+use crate::observers::ObserverSet;
 use crate::output::OutputSink;
 use crate::subagent::SubagentDefinition;
 use crate::tools::Workspace;
@@ -117,6 +118,7 @@ pub struct Runtime {
     pub(crate) admission: Admission,
     pub(crate) retry: RetryQueue,
     pub(crate) counters: Arc<StoreCounters>,
+    pub(crate) observers: ObserverSet,
 }
 
 impl Runtime {
@@ -136,7 +138,14 @@ impl Runtime {
             admission,
             retry,
             counters,
+            observers: ObserverSet::new(),
         }
+    }
+
+    /// The task observers every later run notifies (SPEC §11).
+    pub fn with_observers(mut self, observers: ObserverSet) -> Self {
+        self.observers = observers;
+        self
     }
 
     /// The configuration.
@@ -178,4 +187,6 @@ pub struct RunContext {
     pub workspace: Workspace,
     /// The lead's effective model name.
     pub model_name: String,
+    /// The observers, as they were when the run started.
+    pub observers: ObserverSet,
 }

@@ -16,6 +16,7 @@ use uuid::Uuid;
 
 use crate::guarded::{GuardStop, Guards};
 use crate::journal::JournalProxy;
+use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::{TaskEmitter, TerminalEvent};
 use crate::runtime::{RunContext, Runtime};
 use crate::tools::{BUILTIN_TOOLS, Workspace, builtin_specs};
@@ -291,6 +292,50 @@ pub(crate) async fn run_task(
     run: &Arc<RunContext>,
     call: &ToolCall,
 ) -> Option<ToolMessage> {
+    let kind = call
+        .args
+        .get("subagent_type")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let config = runtime.config();
+    let Some(definition) = config
+        .definitions
+        .iter()
+        .find(|d| d.name == kind && config.subagents_enabled)
+        .cloned()
+    else {
+        // An unknown type builds nothing: no events, no observer notifications.
+        let names: Vec<&str> = config.definitions.iter().map(|d| d.name.as_str()).collect();
+        return Some(task_tool_message(
+            &call.id,
+            &TaskOutcome::failed(unknown_subagent_type_error(kind, &names)),
+        ));
+    };
+    let execution_id = Uuid::new_v4();
+    // Observers hear of the task before it is built, and of its end on every path; the
+    // guard reports `failed` should this future be dropped or panic in between.
+    let info = TaskInfo::subagent(
+        execution_id.to_string(),
+        &run.run_id,
+        &run.thread_id,
+        &definition.name,
+        false,
+    );
+    let observed = run.observers.start(info).await;
+    let (message, status) = supervise(runtime, run, call, definition, execution_id).await;
+    observed.stop(ObserverOutcome::for_subagent(status)).await;
+    message
+}
+
+/// Admits, runs and watches one execution; returns its ToolMessage (none after a parent
+/// cancellation) and the status it ended with.
+async fn supervise(
+    runtime: &Runtime,
+    run: &Arc<RunContext>,
+    call: &ToolCall,
+    definition: SubagentDefinition,
+    execution_id: Uuid,
+) -> (Option<ToolMessage>, SubagentStatus) {
     let arg = |key: &str| {
         call.args
             .get(key)
@@ -300,18 +345,6 @@ pub(crate) async fn run_task(
     };
     let (description, prompt, kind) = (arg("description"), arg("prompt"), arg("subagent_type"));
     let config = runtime.config();
-    let Some(definition) = config
-        .definitions
-        .iter()
-        .find(|d| d.name == kind && config.subagents_enabled)
-        .cloned()
-    else {
-        let names: Vec<&str> = config.definitions.iter().map(|d| d.name.as_str()).collect();
-        return Some(task_tool_message(
-            &call.id,
-            &TaskOutcome::failed(unknown_subagent_type_error(&kind, &names)),
-        ));
-    };
     let model = runtime.models.get(
         definition
             .model
@@ -319,7 +352,6 @@ pub(crate) async fn run_task(
             .or(Some(run.model_name.as_str())),
     );
     let model_name = model.info().name.clone();
-    let execution_id = Uuid::new_v4();
     let trace = &run.short_trace;
     tracing::info!(
         "[trace={trace}] task {} delegated to {} (execution {execution_id})",
@@ -341,7 +373,7 @@ pub(crate) async fn run_task(
     let permit = tokio::select! {
         admitted = runtime.admission.admit() => admitted,
         () = run.cancel.cancelled() => {
-            return parent_cancelled(run, &emitter, &collector, &terminal, None, runtime.config().supervision_grace).await;
+            return parent_cancelled(run, &emitter, &collector, &terminal, None, config.supervision_grace).await;
         }
     };
     let handle = match permit {
@@ -386,7 +418,7 @@ pub(crate) async fn run_task(
                         runtime_report(run, &collector);
                         let mut outcome = TaskOutcome::failed("Task disappeared from background tasks");
                         outcome.usage = collector.totals();
-                        return Some(task_tool_message(&call.id, &outcome));
+                        return (Some(task_tool_message(&call.id, &outcome)), SubagentStatus::Failed);
                     }
                 }
                 Err(_) => {
@@ -400,11 +432,11 @@ pub(crate) async fn run_task(
                     outcome.error = Some(detail);
                     outcome.model_name = Some(model_name);
                     outcome.usage = collector.totals();
-                    return Some(task_tool_message(&call.id, &outcome));
+                    return (Some(task_tool_message(&call.id, &outcome)), SubagentStatus::PollingTimedOut);
                 }
             },
             () = run.cancel.cancelled() => {
-                return parent_cancelled(run, &emitter, &collector, &terminal, Some(handle), runtime.config().supervision_grace).await;
+                return parent_cancelled(run, &emitter, &collector, &terminal, Some(handle), config.supervision_grace).await;
             }
         }
     }
@@ -441,6 +473,7 @@ pub(crate) async fn run_task(
     };
     emitter.terminal(event, usage);
     tracing::info!("[trace={trace}] task {} ended {}", call.id, ended.status);
+    let ended_status = ended.status;
     let outcome = TaskOutcome {
         status: ended.status,
         stop_reason: ended.stop_reason,
@@ -449,7 +482,7 @@ pub(crate) async fn run_task(
         model_name: Some(model_name),
         usage,
     };
-    Some(task_tool_message(&call.id, &outcome))
+    (Some(task_tool_message(&call.id, &outcome)), ended_status)
 }
 
 /// Reports a task's usage records to the parent journal (once: each path calls it once).
@@ -467,7 +500,7 @@ async fn parent_cancelled(
     terminal: &OnceLock<Terminal>,
     handle: Option<tokio::task::JoinHandle<()>>,
     grace: Duration,
-) -> Option<ToolMessage> {
+) -> (Option<ToolMessage>, SubagentStatus) {
     if let Some(handle) = handle {
         let _ = tokio::time::timeout(grace, handle).await;
     }
@@ -477,6 +510,7 @@ async fn parent_cancelled(
     ));
     runtime_report(run, collector);
     let ended = terminal.get().cloned().expect("set above if it was empty");
+    let ended_status = ended.status;
     let event = match ended.status {
         SubagentStatus::Completed => TerminalEvent::Completed(ended.result.unwrap_or_default()),
         SubagentStatus::TimedOut => TerminalEvent::TimedOut(ended.error.unwrap_or_default()),
@@ -488,5 +522,5 @@ async fn parent_cancelled(
         "[trace={}] task cancelled with its parent run",
         run.short_trace
     );
-    None
+    (None, ended_status)
 }

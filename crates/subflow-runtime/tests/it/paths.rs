@@ -440,3 +440,76 @@ async fn a_stuck_execution_is_caught_by_the_supervision_safety_net() {
         .collect();
     assert_eq!(ends[0]["status"], "timed_out");
 }
+
+/// Records every observer notification.
+#[derive(Debug, Default)]
+struct Recorder(std::sync::Mutex<Vec<(String, subflow_runtime::observers::TaskInfo)>>);
+
+#[async_trait]
+impl subflow_runtime::observers::TaskObserver for Recorder {
+    async fn on_task_start(&self, info: &subflow_runtime::observers::TaskInfo) {
+        self.0.lock().unwrap().push(("start".into(), info.clone()));
+    }
+    async fn on_task_stop(
+        &self,
+        info: &subflow_runtime::observers::TaskInfo,
+        outcome: subflow_runtime::observers::ObserverOutcome,
+    ) {
+        self.0
+            .lock()
+            .unwrap()
+            .push((format!("stop:{}", outcome.as_str()), info.clone()));
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn observers_hear_one_start_and_one_stop_per_lead_run_and_subagent() {
+    let mut h = scripted_harness(json!([]), |_| {});
+    let recorder = Arc::new(Recorder::default());
+    h.runtime = h.runtime.clone().with_observers(
+        subflow_runtime::observers::ObserverSet::new().with_observer(recorder.clone()),
+    );
+    let (result, _) = h
+        .run("t1", "r1", "/task general-purpose Check the notes")
+        .await;
+    assert_eq!(result.status, RunStatus::Success);
+    let seen = recorder.0.lock().unwrap().clone();
+    let hooks: Vec<(&str, Option<&str>)> = seen
+        .iter()
+        .map(|(hook, info)| (hook.as_str(), info.agent_name.as_deref()))
+        .collect();
+    assert_eq!(
+        hooks,
+        [
+            ("start", Some("lead_agent")),
+            ("start", Some("general-purpose")),
+            ("stop:completed", Some("general-purpose")),
+            ("stop:completed", Some("lead_agent"))
+        ]
+    );
+    let (_, lead) = &seen[0];
+    assert_eq!(
+        (lead.task_id.as_str(), lead.parent_task_id.as_deref()),
+        ("r1", None)
+    );
+    let (_, sub) = &seen[1];
+    let tool = task_results(&result.messages)[0];
+    assert_ne!(
+        sub.task_id, tool.tool_call_id,
+        "observers get the execution id, never the tool_call_id"
+    );
+    assert_eq!(
+        uuid::Uuid::parse_str(&sub.task_id)
+            .unwrap()
+            .get_version_num(),
+        4
+    );
+    assert_eq!(
+        (
+            sub.run_id.as_str(),
+            sub.thread_id.as_str(),
+            sub.parent_task_id.as_deref()
+        ),
+        ("r1", "t1", Some("r1"))
+    );
+}
