@@ -12,6 +12,8 @@
 mod checkpoints;
 mod events;
 mod records;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;

@@ -219,3 +219,16 @@ pub async fn check_demo_plan(h: &Harness) {
 async fn the_demo_plan_on_sqlite_shows_delegation_steps_statuses_and_usage() {
     check_demo_plan(&sqlite_harness().await).await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_plan_on_postgresql_shows_the_same() {
+    let db = subflow_store_postgres::testing::TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let h = harness(
+        std::sync::Arc::new(db.store.clone()),
+        dir,
+        vec![scripted(None)],
+        |_| {},
+    );
+    check_demo_plan(&h).await;
+}
