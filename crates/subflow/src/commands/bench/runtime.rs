@@ -46,7 +46,7 @@ struct Measured {
 pub async fn run(args: RuntimeArgs) -> anyhow::Result<()> {
     if !(1..=3).contains(&args.subagents)
         || args.steps < 2
-        || args.steps % 2 != 0
+        || !args.steps.is_multiple_of(2)
         || args.repeat == 0
     {
         return Err(UsageError(
