@@ -79,8 +79,7 @@ impl Harness {
         run_id: &str,
         prompt: &str,
     ) -> (RunResult, Vec<RunOutput>) {
-        self.run_with_cancel(thread, run_id, prompt, CancellationToken::new())
-            .await
+        self.run_spec(thread, run_id, prompt, |_| {}).await
     }
 
     /// Like [`Harness::run`], interrupted when `cancel` fires.
@@ -90,6 +89,18 @@ impl Harness {
         run_id: &str,
         prompt: &str,
         cancel: CancellationToken,
+    ) -> (RunResult, Vec<RunOutput>) {
+        self.run_spec(thread, run_id, prompt, |spec| spec.cancel = cancel)
+            .await
+    }
+
+    /// Like [`Harness::run`], with the run spec adjusted by `tweak`.
+    pub async fn run_spec(
+        &self,
+        thread: &str,
+        run_id: &str,
+        prompt: &str,
+        tweak: impl FnOnce(&mut RunSpec),
     ) -> (RunResult, Vec<RunOutput>) {
         self.store
             .create_run(NewRun {
@@ -106,7 +117,7 @@ impl Harness {
             .await
             .expect("create run");
         let (sink, mut rx) = OutputSink::channel();
-        let spec = RunSpec {
+        let mut spec = RunSpec {
             thread_id: thread.into(),
             run_id: run_id.into(),
             user_id: Some("u1".into()),
@@ -114,9 +125,10 @@ impl Harness {
             input: vec![Message::human(prompt)],
             trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
             delegation_trace: None,
-            cancel,
+            cancel: CancellationToken::new(),
             timeout: Duration::from_secs(600),
         };
+        tweak(&mut spec);
         let result = self.runtime.run(spec, sink).await;
         let mut outputs = Vec::new();
         while let Ok(item) = rx.try_recv() {

@@ -513,3 +513,92 @@ async fn observers_hear_one_start_and_one_stop_per_lead_run_and_subagent() {
         ("r1", "t1", Some("r1"))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_run_past_its_timeout_ends_timeout_and_cancels_its_tasks() {
+    let h = scripted_harness(
+        json!([subagent(json!([{"text": "slow", "delay_ms": 600000}]))]),
+        |_| {},
+    );
+    let (result, outputs) = h
+        .run_spec("t1", "r1", "/task general-purpose Slow", |spec| {
+            spec.timeout = Duration::from_secs(30)
+        })
+        .await;
+    assert_eq!(result.status, RunStatus::Timeout);
+    assert_eq!(
+        result.error.as_deref(),
+        Some("Run timed out after 30 seconds")
+    );
+    assert_eq!(
+        custom_payloads(&outputs).last().unwrap()["type"],
+        "task_cancelled"
+    );
+    let rows = h.events("t1", "r1").await;
+    assert!(
+        rows.iter()
+            .any(|r| r.event_type == "run.error" && r.metadata["error_type"] == "TimeoutError")
+    );
+    assert_eq!(
+        h.store.get_run("t1", "r1").await.unwrap().unwrap().status,
+        RunStatus::Timeout
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn usage_snapshots_reach_the_run_record_while_it_runs() {
+    let turns = json!([
+        {"text": "step", "tool_calls": [{"name": "ls", "args": {"path": "a"}}], "usage": {"input": 100, "output": 10}},
+        {"text": "done", "delay_ms": 20000, "usage": {"input": 100, "output": 10}}
+    ]);
+    let h = Arc::new(scripted_harness(json!([subagent(turns)]), |_| {}));
+    let running = {
+        let h = h.clone();
+        tokio::spawn(async move { h.run("t1", "r1", "/task general-purpose Slowly").await })
+    };
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let lead_only = h.store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(lead_only.status, RunStatus::Running);
+    assert!(
+        lead_only.usage.lead_agent_tokens > 0,
+        "the lead's first call is in a snapshot while the run is running"
+    );
+    let (result, _) = running.await.unwrap();
+    let done = h.store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(done.usage, result.usage);
+    assert_eq!(done.usage.subagent_tokens, 220);
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn task_log_lines_carry_the_delegation_id_whatever_the_logging_settings() {
+    #[derive(Clone, Default)]
+    struct Lines(Arc<std::sync::Mutex<Vec<u8>>>);
+    impl std::io::Write for Lines {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Lines::default();
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let h = scripted_harness(json!([]), |_| {});
+    h.run_spec("t1", "r1", "/task general-purpose Log it", |spec| {
+        spec.delegation_trace = Some("0a1b2c3d".into())
+    })
+    .await;
+    let text = String::from_utf8(lines.0.lock().unwrap().clone()).unwrap();
+    let task_lines: Vec<&str> = text.lines().filter(|l| l.contains("task call_")).collect();
+    assert!(task_lines.len() >= 3, "{text}");
+    assert!(
+        task_lines.iter().all(|l| l.contains("[trace=0a1b2c3d]")),
+        "{text}"
+    );
+}
