@@ -2,10 +2,7 @@
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;
-use subflow_contracts::ThreadId;
-use subflow_store::{
-    Checkpoint, CheckpointStore, Error, NewCheckpoint, Result, codec, now_rfc3339,
-};
+use subflow_store::{Checkpoint, CheckpointStore, Error, NewCheckpoint, Result, codec};
 
 use crate::PostgresStore;
 use crate::events::{get, object_text, value_text};
@@ -21,16 +18,7 @@ macro_rules! select_checkpoints {
 #[async_trait]
 impl CheckpointStore for PostgresStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint> {
-        ThreadId::parse(&checkpoint.thread_id)?;
-        let stored = Checkpoint {
-            thread_id: checkpoint.thread_id,
-            checkpoint_id: checkpoint.checkpoint_id,
-            parent_checkpoint_id: checkpoint.parent_checkpoint_id,
-            run_id: checkpoint.run_id,
-            values: checkpoint.values,
-            metadata: checkpoint.metadata,
-            created_at: now_rfc3339(),
-        };
+        let stored = checkpoint.into_stored()?;
         sqlx::query(
             "INSERT INTO checkpoints (thread_id, checkpoint_id, parent_checkpoint_id, run_id, \
              state_values, metadata, created_at) VALUES ($1, $2, $3, $4, $5, $6, $7)",

@@ -874,16 +874,7 @@ fn decode_checkpoint(row: &Row<'_>) -> Result<Checkpoint> {
 #[async_trait]
 impl CheckpointStore for SqliteStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint> {
-        ThreadId::parse(&checkpoint.thread_id)?;
-        let stored = Checkpoint {
-            thread_id: checkpoint.thread_id,
-            checkpoint_id: checkpoint.checkpoint_id,
-            parent_checkpoint_id: checkpoint.parent_checkpoint_id,
-            run_id: checkpoint.run_id,
-            values: checkpoint.values,
-            metadata: checkpoint.metadata,
-            created_at: now_rfc3339(),
-        };
+        let stored = checkpoint.into_stored()?;
         let row = (
             stored.thread_id.clone(),
             stored.checkpoint_id.clone(),

@@ -4,7 +4,9 @@
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::Result;
+use subflow_contracts::ThreadId;
+
+use crate::{Result, now_rfc3339};
 
 /// A checkpoint to store.
 #[derive(Debug, Clone, PartialEq)]
@@ -21,6 +23,22 @@ pub struct NewCheckpoint {
     pub values: Value,
     /// Checkpoint metadata, e.g. `deerflow_trace_id`, `step`.
     pub metadata: Map<String, Value>,
+}
+
+impl NewCheckpoint {
+    /// The checkpoint as a store writes it, stamped now; the thread id must be valid.
+    pub fn into_stored(self) -> Result<Checkpoint> {
+        ThreadId::parse(&self.thread_id)?;
+        Ok(Checkpoint {
+            thread_id: self.thread_id,
+            checkpoint_id: self.checkpoint_id,
+            parent_checkpoint_id: self.parent_checkpoint_id,
+            run_id: self.run_id,
+            values: self.values,
+            metadata: self.metadata,
+            created_at: now_rfc3339(),
+        })
+    }
 }
 
 /// A stored checkpoint.

@@ -279,16 +279,7 @@ impl RecordStore for MemoryStore {
 #[async_trait]
 impl CheckpointStore for MemoryStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint> {
-        ThreadId::parse(&checkpoint.thread_id)?;
-        let stored = Checkpoint {
-            thread_id: checkpoint.thread_id,
-            checkpoint_id: checkpoint.checkpoint_id,
-            parent_checkpoint_id: checkpoint.parent_checkpoint_id,
-            run_id: checkpoint.run_id,
-            values: checkpoint.values,
-            metadata: checkpoint.metadata,
-            created_at: now_rfc3339(),
-        };
+        let stored = checkpoint.into_stored()?;
         self.lock().checkpoints.push(stored.clone());
         Ok(stored)
     }
