@@ -602,3 +602,95 @@ async fn task_log_lines_carry_the_delegation_id_whatever_the_logging_settings() 
         "{text}"
     );
 }
+
+/// The terminal event type, the persisted end status and the ToolMessage status (if any)
+/// of the run's only task must all tell the same story.
+async fn assert_one_consistent_ending(
+    h: &Harness,
+    result: &subflow_runtime::run::RunResult,
+    outputs: &[subflow_runtime::output::RunOutput],
+) -> String {
+    let terminals: Vec<Value> = custom_payloads(outputs)
+        .into_iter()
+        .filter(|p| p["type"] != "task_started" && p["type"] != "task_running")
+        .collect();
+    assert_eq!(
+        terminals.len(),
+        1,
+        "exactly one terminal event: {terminals:?}"
+    );
+    let status = terminals[0]["type"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("task_")
+        .to_owned();
+    let ends: Vec<Value> = h
+        .events("t1", "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "subagent.end")
+        .map(|e| e.content)
+        .collect();
+    assert_eq!(ends.len(), 1);
+    assert_eq!(ends[0]["status"], status.as_str());
+    if let Some(tool) = task_results(&result.messages).first() {
+        assert_eq!(tool.additional_kwargs["subagent_status"], status.as_str());
+    }
+    status
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_cancel_and_a_timeout_at_the_same_instant_end_the_task_once() {
+    let h = scripted_harness(
+        json!([subagent(json!([{"text": "late", "delay_ms": 5000}]))]),
+        with_definition(10, 1),
+    );
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        trigger.cancel();
+    });
+    let (result, outputs) = h
+        .run_with_cancel("t1", "r1", "/task general-purpose Race", cancel)
+        .await;
+    let status = assert_one_consistent_ending(&h, &result, &outputs).await;
+    assert!(status == "cancelled" || status == "timed_out", "{status}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_completion_and_a_timeout_at_the_same_instant_end_the_task_once() {
+    let h = scripted_harness(
+        json!([subagent(
+            json!([{"text": "just in time", "delay_ms": 1000}])
+        )]),
+        with_definition(10, 1),
+    );
+    let (result, outputs) = h.run("t1", "r1", "/task general-purpose Race").await;
+    let status = assert_one_consistent_ending(&h, &result, &outputs).await;
+    assert!(status == "completed" || status == "timed_out", "{status}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn task_calls_past_the_per_run_total_are_stripped_across_turns() {
+    let three_tasks = json!({"tool_calls": [
+        {"name": "task", "args": {"description": "a", "prompt": "a", "subagent_type": "general-purpose"}},
+        {"name": "task", "args": {"description": "b", "prompt": "b", "subagent_type": "general-purpose"}},
+        {"name": "task", "args": {"description": "c", "prompt": "c", "subagent_type": "general-purpose"}}
+    ]});
+    let h = scripted_harness(
+        json!([{"agent": "lead_agent", "turns": [three_tasks.clone(), three_tasks, {"text": "done"}]}]),
+        |config| config.max_total_per_run = 4,
+    );
+    let (result, outputs) = h.run("t1", "r1", "Delegate a lot").await;
+    assert_eq!(result.stop_reason, Some(RunStopReason::SubagentLimitCapped));
+    let started = custom_payloads(&outputs)
+        .iter()
+        .filter(|p| p["type"] == "task_started")
+        .count();
+    assert_eq!(
+        started, 4,
+        "3 in the first response, 1 more allowed in the second"
+    );
+    assert_eq!(task_results(&result.messages).len(), 4);
+}
