@@ -148,6 +148,11 @@ impl Runtime {
         self
     }
 
+    /// The effective name of a requested model: the request's if configured, else the default.
+    pub fn model_name(&self, requested: Option<&str>) -> String {
+        self.models.get(requested).info().name.clone()
+    }
+
     /// The configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.config

@@ -1,0 +1,55 @@
+//! The one place where failures become HTTP status codes and `{"detail": ...}` bodies.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// A failed request.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 404.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409.
+    #[error("{0}")]
+    Conflict(String),
+    /// 413: the body is over the limit.
+    #[error("{0}")]
+    TooLarge(String),
+    /// 422: the request is well-formed JSON but not acceptable.
+    #[error("{0}")]
+    Unprocessable(String),
+    /// 503: storage is not available.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl ApiError {
+    fn status(&self) -> StatusCode {
+        match self {
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+}
+
+impl From<subflow_store::Error> for ApiError {
+    fn from(error: subflow_store::Error) -> Self {
+        if error.is_invalid_input() {
+            ApiError::Unprocessable(error.to_string())
+        } else {
+            tracing::error!(%error, "store call failed");
+            ApiError::Unavailable("Run event store not available".to_owned())
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status(), Json(json!({"detail": self.to_string()}))).into_response()
+    }
+}

@@ -1,0 +1,99 @@
+//! The HTTP gateway: the LangGraph-compatible runs API with SSE framing (SPEC §2), the
+//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), `/health`, and one
+//! `X-Trace-Id` on every response (SPEC §8.1).
+//!
+//! This is the only crate that knows HTTP status codes, headers and SSE framing. It
+//! reaches runs through `subflow-runtime` and storage through the `subflow-store`
+//! traits; the caller binds the listener and decides what stops the server.
+
+mod error;
+mod routes;
+mod sse;
+mod trace;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::routing::{get, post};
+use subflow_runtime::runtime::Runtime;
+use subflow_store::Store;
+
+pub use error::ApiError;
+
+/// A model as `/api/models` lists it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ModelListing {
+    /// Configured name.
+    pub name: String,
+    /// Provider model id.
+    pub model: String,
+    /// Display name.
+    pub display_name: Option<String>,
+    /// Description.
+    pub description: Option<String>,
+    /// Whether it supports thinking.
+    pub supports_thinking: bool,
+    /// Whether it supports reasoning effort.
+    pub supports_reasoning_effort: bool,
+}
+
+/// Everything the routes share.
+#[derive(Debug, Clone)]
+pub struct AppState {
+    /// The agent runtime.
+    pub runtime: Runtime,
+    /// The store.
+    pub store: Arc<dyn Store>,
+    /// `/api/models` entries.
+    pub models: Vec<ModelListing>,
+    /// `token_usage.enabled`.
+    pub token_usage_enabled: bool,
+    /// `runs.timeout_seconds`.
+    pub run_timeout: Duration,
+}
+
+/// The implicit user of `auth.mode = local` (SPEC §13).
+pub const LOCAL_USER: &str = "default";
+
+/// Every route, with the trace-id layer outermost so errors carry the header too.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .route("/health", get(routes::health))
+        .route("/api/models", get(routes::models))
+        .route("/api/threads", post(routes::threads::create))
+        .route("/api/threads/{thread_id}", get(routes::threads::get))
+        .route(
+            "/api/threads/{thread_id}/runs/stream",
+            post(routes::runs::stream),
+        )
+        .route(
+            "/api/threads/{thread_id}/runs/wait",
+            post(routes::runs::wait),
+        )
+        .route("/api/threads/{thread_id}/runs", get(routes::runs::list))
+        .route(
+            "/api/threads/{thread_id}/runs/{run_id}",
+            get(routes::runs::get),
+        )
+        .route(
+            "/api/threads/{thread_id}/runs/{run_id}/events",
+            get(routes::events::list),
+        )
+        .fallback(routes::not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(trace::trace_id))
+        .with_state(state)
+}
+
+/// Serves `router(state)` on `listener` until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}

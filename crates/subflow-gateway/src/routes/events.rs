@@ -1,0 +1,71 @@
+//! `GET /api/threads/{thread_id}/runs/{run_id}/events` (SPEC §6).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::Value;
+use subflow_store::{EventQuery, MAX_PAGE_LIMIT};
+
+use super::checked_thread_id;
+use crate::{ApiError, AppState};
+
+#[derive(Debug, Deserialize)]
+pub struct EventParams {
+    event_types: Option<String>,
+    task_id: Option<String>,
+    limit: Option<String>,
+    after_seq: Option<String>,
+}
+
+fn integer(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
+    raw.map(|text| {
+        text.parse::<i64>().map_err(|_| {
+            ApiError::Unprocessable(format!("{name} must be an integer, got '{text}'"))
+        })
+    })
+    .transpose()
+}
+
+/// One page of a run's events, ascending by `seq`, as a bare array.
+pub async fn list(
+    State(state): State<AppState>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+    Query(params): Query<EventParams>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    checked_thread_id(&thread_id)?;
+    let limit = integer("limit", params.limit.as_deref())?.unwrap_or(500);
+    if !(1..=i64::from(MAX_PAGE_LIMIT)).contains(&limit) {
+        return Err(ApiError::Unprocessable(format!(
+            "limit must be between 1 and {MAX_PAGE_LIMIT}, got {limit}"
+        )));
+    }
+    let after_seq = integer("after_seq", params.after_seq.as_deref())?;
+    if after_seq.is_some_and(|after| after < 1) {
+        return Err(ApiError::Unprocessable(
+            "after_seq must be at least 1".to_owned(),
+        ));
+    }
+    // Split on commas without trimming; an empty parameter means no filter.
+    let event_types = params
+        .event_types
+        .filter(|t| !t.is_empty())
+        .map(|t| t.split(',').map(str::to_owned).collect());
+    let query = EventQuery {
+        thread_id,
+        run_id,
+        event_types,
+        task_id: params.task_id,
+        after_seq,
+        limit: limit as u32,
+    };
+    let events = state.store.list_events(&query).await?;
+    Ok(Json(
+        events
+            .into_iter()
+            .map(|mut event| {
+                event.metadata.remove("auth_token");
+                serde_json::to_value(event).expect("records serialise")
+            })
+            .collect(),
+    ))
+}

@@ -1,0 +1,522 @@
+//! Runs (SPEC §2.1–§2.4): start a run and stream it as SSE, wait for it, list and get.
+
+use std::convert::Infallible;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+use subflow_contracts::RunStatus;
+use subflow_contracts::messages::Message;
+use subflow_runtime::output::{OutputSink, RunOutput};
+use subflow_runtime::run::{RunResult, RunSpec};
+use subflow_store::{NewRun, NewThread, RunRecord};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::threads::not_found;
+use super::{checked_thread_id, parse_body};
+use crate::sse::frame;
+use crate::trace::{RequestTrace, valid_trace_id};
+use crate::{ApiError, AppState, LOCAL_USER};
+
+const STREAM_MODES: [&str; 4] = ["values", "messages-tuple", "updates", "custom"];
+
+/// The run request body (SPEC §2.2); unknown fields are 422.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunRequest {
+    #[serde(default)]
+    assistant_id: Option<String>,
+    #[serde(default)]
+    input: Option<RunInput>,
+    #[serde(default)]
+    stream_mode: Option<Value>,
+    #[serde(default)]
+    config: Option<Value>,
+    #[serde(default)]
+    context: Option<Map<String, Value>>,
+    #[serde(default)]
+    metadata: Option<Map<String, Value>>,
+    #[serde(default)]
+    on_disconnect: Option<String>,
+    #[serde(default)]
+    multitask_strategy: Option<String>,
+    #[serde(default)]
+    if_not_exists: Option<String>,
+    #[serde(default)]
+    stream_subgraphs: Option<bool>,
+    #[serde(default)]
+    stream_resumable: Option<bool>,
+    #[serde(default)]
+    webhook: Option<Value>,
+    #[serde(default)]
+    after_seconds: Option<Value>,
+    #[serde(default)]
+    feedback_keys: Option<Value>,
+    #[serde(default)]
+    interrupt_before: Option<Value>,
+    #[serde(default)]
+    interrupt_after: Option<Value>,
+    #[serde(default)]
+    checkpoint: Option<Value>,
+    #[serde(default)]
+    checkpoint_id: Option<Value>,
+    #[serde(default)]
+    command: Option<Value>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RunInput {
+    #[serde(default)]
+    messages: Vec<Value>,
+}
+
+/// A validated run request.
+struct Accepted {
+    modes: Vec<String>,
+    messages: Vec<Message>,
+    model_name: Option<String>,
+    delegation_trace: Option<String>,
+    caller_trace: Option<String>,
+    metadata: Map<String, Value>,
+    multitask_strategy: String,
+    cancel_on_disconnect: bool,
+    kwargs: Value,
+}
+
+fn message_from(value: &Value) -> Result<Message, ApiError> {
+    if value.get("type").is_some() {
+        return serde_json::from_value(value.clone())
+            .map_err(|e| ApiError::Unprocessable(format!("Invalid message: {e}")));
+    }
+    let content = value
+        .get("content")
+        .cloned()
+        .unwrap_or(Value::String(String::new()));
+    let kind = match value.get("role").and_then(Value::as_str) {
+        Some("user" | "human") => "human",
+        Some("assistant" | "ai") => "ai",
+        Some("system") => "system",
+        other => {
+            return Err(ApiError::Unprocessable(format!(
+                "Invalid message role: {}",
+                other.unwrap_or("missing")
+            )));
+        }
+    };
+    serde_json::from_value(json!({"type": kind, "content": content}))
+        .map_err(|e| ApiError::Unprocessable(format!("Invalid message: {e}")))
+}
+
+fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
+    for (name, value) in [
+        ("webhook", &request.webhook),
+        ("after_seconds", &request.after_seconds),
+        ("feedback_keys", &request.feedback_keys),
+        ("interrupt_before", &request.interrupt_before),
+        ("interrupt_after", &request.interrupt_after),
+        ("checkpoint", &request.checkpoint),
+        ("checkpoint_id", &request.checkpoint_id),
+        ("command", &request.command),
+    ] {
+        if value.is_some() {
+            return Err(ApiError::Unprocessable(format!(
+                "Run option '{name}' is not supported"
+            )));
+        }
+    }
+    if let Some(assistant) = request
+        .assistant_id
+        .as_deref()
+        .filter(|a| *a != "lead_agent")
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "Unknown assistant_id '{assistant}'"
+        )));
+    }
+    let modes: Vec<String> = match &request.stream_mode {
+        None | Some(Value::Null) => vec!["values".to_owned()],
+        Some(Value::String(mode)) => vec![mode.clone()],
+        Some(Value::Array(modes)) => modes
+            .iter()
+            .map(|m| {
+                m.as_str().map(str::to_owned).ok_or_else(|| {
+                    ApiError::Unprocessable(
+                        "stream_mode must be a string or a list of strings".into(),
+                    )
+                })
+            })
+            .collect::<Result<_, _>>()?,
+        Some(_) => {
+            return Err(ApiError::Unprocessable(
+                "stream_mode must be a string or a list of strings".into(),
+            ));
+        }
+    };
+    let unknown: Vec<&str> = modes
+        .iter()
+        .map(String::as_str)
+        .filter(|m| !STREAM_MODES.contains(m))
+        .collect();
+    if !unknown.is_empty() {
+        return Err(ApiError::Unprocessable(format!(
+            "Unsupported stream mode(s): {}",
+            unknown.join(", ")
+        )));
+    }
+    let cancel_on_disconnect = match request.on_disconnect.as_deref() {
+        None | Some("cancel") => true,
+        Some("continue") => false,
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "on_disconnect must be 'cancel' or 'continue', got '{other}'"
+            )));
+        }
+    };
+    let multitask_strategy = request
+        .multitask_strategy
+        .unwrap_or_else(|| "reject".to_owned());
+    if !["reject", "interrupt", "rollback"].contains(&multitask_strategy.as_str()) {
+        return Err(ApiError::Unprocessable(format!(
+            "Unknown multitask_strategy '{multitask_strategy}'"
+        )));
+    }
+    if request
+        .if_not_exists
+        .as_deref()
+        .is_some_and(|v| v != "create")
+    {
+        return Err(ApiError::Unprocessable(
+            "if_not_exists must be 'create'".into(),
+        ));
+    }
+    let messages = request
+        .input
+        .map(|i| i.messages)
+        .unwrap_or_default()
+        .iter()
+        .map(message_from)
+        .collect::<Result<Vec<_>, _>>()?;
+    let config = request.config.unwrap_or(Value::Null);
+    let metadata_of_config = config.get("metadata");
+    let caller_trace = metadata_of_config
+        .and_then(|m| m.get("deerflow_trace_id"))
+        .and_then(Value::as_str)
+        .and_then(valid_trace_id)
+        .map(str::to_owned);
+    let delegation_trace = metadata_of_config
+        .and_then(|m| m.get("trace_id"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    // Clients may not decide who is a subagent (SPEC §2.2).
+    let mut context = request.context.unwrap_or_default();
+    context.retain(|key, _| key != "is_subagent" && key != "agent_id" && !key.starts_with("__"));
+    let model_name = config
+        .get("configurable")
+        .and_then(|c| c.get("model_name"))
+        .or_else(|| context.get("model_name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let kwargs = json!({"stream_mode": modes, "config": config, "context": context, "stream_subgraphs": request.stream_subgraphs, "stream_resumable": request.stream_resumable});
+    Ok(Accepted {
+        modes,
+        messages,
+        model_name,
+        delegation_trace,
+        caller_trace,
+        metadata: request.metadata.unwrap_or_default(),
+        multitask_strategy,
+        cancel_on_disconnect,
+        kwargs,
+    })
+}
+
+/// The Run object (SPEC §2.3) with the additive fields.
+fn run_json(run: &RunRecord) -> Value {
+    let usage = &run.usage;
+    json!({
+        "run_id": run.run_id, "thread_id": run.thread_id, "assistant_id": run.assistant_id,
+        "status": run.status, "created_at": run.created_at, "updated_at": run.updated_at,
+        "metadata": run.metadata, "multitask_strategy": run.multitask_strategy, "kwargs": run.kwargs,
+        "model_name": run.model_name, "trace_id": run.trace_id, "stop_reason": run.stop_reason, "error": run.error,
+        "total_input_tokens": usage.total_input_tokens, "total_output_tokens": usage.total_output_tokens,
+        "total_tokens": usage.total_tokens, "llm_call_count": usage.llm_call_count,
+        "lead_agent_tokens": usage.lead_agent_tokens, "subagent_tokens": usage.subagent_tokens,
+        "middleware_tokens": usage.middleware_tokens, "message_count": usage.message_count,
+        "token_usage_by_model": usage.token_usage_by_model,
+    })
+}
+
+/// A started run: its record, output and outcome.
+struct Started {
+    run: RunRecord,
+    trace: RequestTrace,
+    output: mpsc::UnboundedReceiver<RunOutput>,
+    outcome: tokio::task::JoinHandle<RunResult>,
+    cancel: CancellationToken,
+    accepted: Accepted,
+}
+
+async fn start(
+    state: &AppState,
+    thread_id: &str,
+    trace: RequestTrace,
+    body: &Result<Bytes, BytesRejection>,
+) -> Result<Started, ApiError> {
+    checked_thread_id(thread_id)?;
+    let accepted = accept(parse_body(body)?)?;
+    if state.store.get_thread(thread_id).await?.is_none() {
+        let new = NewThread {
+            thread_id: thread_id.to_owned(),
+            owner: LOCAL_USER.to_owned(),
+            metadata: Map::new(),
+        };
+        match state.store.create_thread(new).await {
+            Ok(_) | Err(subflow_store::Error::ThreadExists(_)) => {}
+            Err(error) => return Err(error.into()),
+        }
+    }
+    let active = state
+        .store
+        .list_runs(thread_id, Some(RunStatus::Running), 1, 0)
+        .await?
+        .len()
+        + state
+            .store
+            .list_runs(thread_id, Some(RunStatus::Pending), 1, 0)
+            .await?
+            .len();
+    if active > 0 && accepted.multitask_strategy == "reject" {
+        return Err(ApiError::Conflict(format!(
+            "Thread {thread_id} already has an active run"
+        )));
+    }
+    // A client-supplied header or traceparent wins; then the body's deerflow_trace_id.
+    let trace = match (&accepted.caller_trace, trace.from_client) {
+        (Some(id), false) => RequestTrace {
+            id: id.clone(),
+            from_client: true,
+        },
+        _ => trace,
+    };
+    let run_id = uuid::Uuid::new_v4().to_string();
+    let model_name = state.runtime.model_name(accepted.model_name.as_deref());
+    let run = state
+        .store
+        .create_run(NewRun {
+            run_id: run_id.clone(),
+            thread_id: thread_id.to_owned(),
+            owner: LOCAL_USER.to_owned(),
+            assistant_id: "lead_agent".to_owned(),
+            model_name: Some(model_name),
+            trace_id: Some(trace.id.clone()),
+            metadata: accepted.metadata.clone(),
+            multitask_strategy: accepted.multitask_strategy.clone(),
+            kwargs: accepted.kwargs.clone(),
+        })
+        .await?;
+    let cancel = CancellationToken::new();
+    let spec = RunSpec {
+        thread_id: thread_id.to_owned(),
+        run_id,
+        user_id: Some(LOCAL_USER.to_owned()),
+        model_name: accepted.model_name.clone(),
+        input: accepted.messages.clone(),
+        trace_id: trace.id.clone(),
+        delegation_trace: accepted.delegation_trace.clone(),
+        cancel: cancel.clone(),
+        timeout: state.run_timeout,
+    };
+    let (sink, output) = OutputSink::channel();
+    let runtime = state.runtime.clone();
+    let outcome = tokio::spawn(async move { runtime.run(spec, sink).await });
+    Ok(Started {
+        run,
+        trace,
+        output,
+        outcome,
+        cancel,
+        accepted,
+    })
+}
+
+fn with_trace(mut response: Response, trace: RequestTrace) -> Response {
+    response.extensions_mut().insert(trace);
+    response
+}
+
+/// `POST …/runs/stream`: the run as SSE, `metadata` first and `end` last.
+pub async fn stream(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+    Extension(trace): Extension<RequestTrace>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Started {
+        run,
+        trace,
+        mut output,
+        outcome,
+        cancel,
+        accepted,
+    } = start(&state, &thread_id, trace, &body).await?;
+    let (frames, receiver) = mpsc::channel::<Result<Bytes, Infallible>>(64);
+    let wants = |mode: &str| accepted.modes.iter().any(|m| m == mode);
+    let (values, messages, custom) = (wants("values"), wants("messages-tuple"), wants("custom"));
+    let cancel_on_disconnect = accepted.cancel_on_disconnect;
+    let (run_id, thread) = (run.run_id.clone(), run.thread_id.clone());
+    tokio::spawn(async move {
+        let mut out = FrameWriter { frames, next_id: 0 };
+        let mut connected = out
+            .send("metadata", json!({"run_id": run_id, "thread_id": thread}))
+            .await;
+        while let Some(item) = output.recv().await {
+            if !connected {
+                continue;
+            }
+            let sent = match item {
+                RunOutput::Values(state) if values => out.send("values", state).await,
+                RunOutput::Message { message, node } if messages => {
+                    let metadata = json!({"run_id": run_id, "thread_id": thread, "langgraph_node": node, "tags": []});
+                    out.send("messages", json!([message, metadata])).await
+                }
+                RunOutput::Custom { payload, .. } if custom => out.send("custom", payload).await,
+                _ => true,
+            };
+            if !sent {
+                // The client went away; the run goes on only if it asked for `continue`.
+                connected = false;
+                if cancel_on_disconnect {
+                    cancel.cancel();
+                }
+            }
+        }
+        if let Ok(result) = outcome.await
+            && connected
+        {
+            if result.status == RunStatus::Error {
+                out.send(
+                    "error",
+                    json!({"message": result.error.unwrap_or_default(), "name": "RunError"}),
+                )
+                .await;
+            }
+            out.send("end", Value::Null).await;
+        }
+    });
+    let body = Body::from_stream(futures::stream::unfold(receiver, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    }));
+    let response = (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response();
+    Ok(with_trace(response, trace))
+}
+
+/// Writes numbered frames to the response body, waiting when the client reads slowly.
+struct FrameWriter {
+    frames: mpsc::Sender<Result<Bytes, Infallible>>,
+    next_id: u64,
+}
+
+impl FrameWriter {
+    /// Sends one frame; false once the client has gone.
+    async fn send(&mut self, event: &str, data: Value) -> bool {
+        self.next_id += 1;
+        self.frames
+            .send(Ok(frame(event, &data, self.next_id)))
+            .await
+            .is_ok()
+    }
+}
+
+/// `POST …/runs/wait`: the final state values.
+pub async fn wait(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+    Extension(trace): Extension<RequestTrace>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Started {
+        trace,
+        output,
+        outcome,
+        cancel,
+        accepted,
+        ..
+    } = start(&state, &thread_id, trace, &body).await?;
+    drop(output);
+    // Losing the client cancels the run unless the request said `continue`.
+    let guard = accepted.cancel_on_disconnect.then(|| cancel.drop_guard());
+    let result = outcome
+        .await
+        .map_err(|_| ApiError::Unavailable("The run ended unexpectedly".into()))?;
+    if let Some(guard) = guard {
+        guard.disarm();
+    }
+    Ok(with_trace(
+        Json(json!({"messages": result.messages})).into_response(),
+        trace,
+    ))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ListParams {
+    limit: Option<u32>,
+    offset: Option<u32>,
+    status: Option<String>,
+}
+
+/// `GET …/runs`: newest first.
+pub async fn list(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    checked_thread_id(&thread_id)?;
+    let status = params
+        .status
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.parse::<RunStatus>()
+                .map_err(|e| ApiError::Unprocessable(e.to_string()))
+        })
+        .transpose()?;
+    let runs = state
+        .store
+        .list_runs(
+            &thread_id,
+            status,
+            params.limit.unwrap_or(10).min(100),
+            params.offset.unwrap_or(0),
+        )
+        .await?;
+    Ok(Json(runs.iter().map(run_json).collect()))
+}
+
+/// `GET …/runs/{run_id}`.
+pub async fn get(
+    State(state): State<AppState>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    checked_thread_id(&thread_id)?;
+    if state.store.get_thread(&thread_id).await?.is_none() {
+        return Err(not_found(&thread_id));
+    }
+    let run = state
+        .store
+        .get_run(&thread_id, &run_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))?;
+    Ok(Json(run_json(&run)))
+}

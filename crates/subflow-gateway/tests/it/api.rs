@@ -1,0 +1,267 @@
+//! The runs API, `/events`, models and trace ids.
+
+use serde_json::{Value, json};
+
+use crate::spawn_app;
+
+fn trace_ids(headers: &reqwest::header::HeaderMap) -> Vec<String> {
+    headers
+        .get_all("x-trace-id")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_demo_run_streams_metadata_first_every_task_event_and_end_last() {
+    let app = spawn_app().await;
+    let streamed = app
+        .stream_run("t-demo", json!({"input": {"messages": [{"role": "user", "content": "Compare two queues"}]}, "stream_mode": ["values", "messages-tuple", "custom"]}))
+        .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    assert_eq!(streamed.headers["content-type"], "text/event-stream");
+    assert_eq!(trace_ids(&streamed.headers).len(), 1);
+    let frames = &streamed.frames;
+    assert_eq!(frames.first().unwrap().event, "metadata");
+    let run_id = frames[0].data["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(frames[0].data["thread_id"], "t-demo");
+    assert_eq!(frames.last().unwrap().event, "end");
+    assert_eq!(frames.last().unwrap().data, Value::Null);
+    let ids: Vec<u64> = frames
+        .iter()
+        .map(|f| f.id.as_deref().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        (1..=frames.len() as u64).collect::<Vec<_>>(),
+        "ids are contiguous from 1"
+    );
+    let custom: Vec<&Value> = frames
+        .iter()
+        .filter(|f| f.event == "custom")
+        .map(|f| &f.data)
+        .collect();
+    let completed = custom
+        .iter()
+        .filter(|c| c["type"] == "task_completed")
+        .count();
+    assert_eq!(completed, 3);
+    assert!(
+        custom
+            .iter()
+            .filter(|c| c["type"] == "task_running")
+            .count()
+            >= 9
+    );
+    assert!(
+        frames
+            .iter()
+            .any(|f| f.event == "messages" && f.data[1]["langgraph_node"] == "model")
+    );
+    assert!(frames.iter().any(|f| f.event == "values"));
+
+    let (status, _, run) = app
+        .get_json(&format!("/api/threads/t-demo/runs/{run_id}"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(run["status"], "success");
+    assert_eq!(run["trace_id"], trace_ids(&streamed.headers)[0].as_str());
+    let (_, _, thread) = app.get_json("/api/threads/t-demo").await;
+    assert_eq!(thread["status"], "idle");
+    assert!(thread["values"]["messages"].as_array().unwrap().len() >= 6);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_requested_modes_are_streamed_and_wait_returns_the_final_state() {
+    let app = spawn_app().await;
+    let streamed = app
+        .stream_run(
+            "t1",
+            json!({"input": {"messages": [{"type": "human", "content": "/echo hi"}]}}),
+        )
+        .await;
+    let events: Vec<&str> = streamed.frames.iter().map(|f| f.event.as_str()).collect();
+    assert!(
+        events
+            .iter()
+            .all(|e| ["metadata", "values", "end"].contains(e)),
+        "{events:?}"
+    );
+    let response = app
+        .client
+        .post(app.url("/api/threads/t2/runs/wait"))
+        .json(&json!({"input": {"messages": [{"role": "user", "content": "/echo again"}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let values: Value = response.json().await.unwrap();
+    let last = values["messages"].as_array().unwrap().last().unwrap();
+    assert_eq!(last["type"], "ai");
+    assert_eq!(last["content"], "echo: again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_page_with_filters_and_reject_bad_parameters() {
+    let app = spawn_app().await;
+    let streamed = app.stream_run("t-ev", json!({"input": {"messages": [{"role": "user", "content": "/task general-purpose Look"}]}})).await;
+    let run_id = streamed.frames[0].data["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let base = format!("/api/threads/t-ev/runs/{run_id}/events");
+    let (status, headers, all) = app.get_json(&base).await;
+    assert_eq!(status, 200);
+    assert_eq!(trace_ids(&headers).len(), 1);
+    let all = all.as_array().unwrap().clone();
+    let seqs: Vec<i64> = all.iter().map(|e| e["seq"].as_i64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[0] < w[1]));
+    let task_id = all
+        .iter()
+        .find(|e| e["event_type"] == "subagent.start")
+        .unwrap()["metadata"]["task_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, _, steps) = app
+        .get_json(&format!(
+            "{base}?event_types=subagent.step,subagent.end&task_id={task_id}&limit=1"
+        ))
+        .await;
+    assert_eq!(steps.as_array().unwrap().len(), 1);
+    assert_eq!(steps[0]["event_type"], "subagent.step");
+    let after = steps[0]["seq"].as_i64().unwrap();
+    let (_, _, rest) = app
+        .get_json(&format!(
+            "{base}?event_types=subagent.step,subagent.end&task_id={task_id}&after_seq={after}"
+        ))
+        .await;
+    assert!(
+        rest.as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["seq"].as_i64().unwrap() > after)
+    );
+    assert_eq!(
+        rest.as_array().unwrap().last().unwrap()["event_type"],
+        "subagent.end"
+    );
+    let (status, _, unknown) = app.get_json("/api/threads/t-ev/runs/nope/events").await;
+    assert_eq!((status, unknown), (200, json!([])));
+    for (query, detail) in [
+        ("?limit=0", "limit must be between 1 and 2000, got 0"),
+        ("?limit=2001", "limit must be between 1 and 2000, got 2001"),
+        ("?after_seq=0", "after_seq must be at least 1"),
+        ("?limit=abc", "limit must be an integer, got 'abc'"),
+    ] {
+        let (status, _, body) = app.get_json(&format!("{base}{query}")).await;
+        assert_eq!(status, 422, "{query}");
+        assert_eq!(body["detail"], detail);
+    }
+    let (status, _, body) = app.get_json("/api/threads/bad%20id/runs/r/events").await;
+    assert_eq!(status, 422);
+    assert!(
+        body["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("Invalid thread_id")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_run_requests_get_a_422_with_a_detail_never_a_500() {
+    let app = spawn_app().await;
+    let url = app.url("/api/threads/t1/runs/stream");
+    for (body, detail) in [
+        (
+            json!({"stream_mode": ["values", "debug"]}),
+            "Unsupported stream mode(s): debug",
+        ),
+        (
+            json!({"webhook": "http://x"}),
+            "Run option 'webhook' is not supported",
+        ),
+        (
+            json!({"interrupt_before": ["tools"]}),
+            "Run option 'interrupt_before' is not supported",
+        ),
+    ] {
+        let response = app.client.post(&url).json(&body).send().await.unwrap();
+        assert_eq!(response.status(), 422, "{body}");
+        assert_eq!(response.headers().get_all("x-trace-id").iter().count(), 1);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["detail"], detail);
+    }
+    for raw in [
+        "{not json",
+        "[1,2]",
+        r#"{"surprise": 1}"#,
+        r#"{"stream_mode": 5}"#,
+    ] {
+        let response = app
+            .client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(raw)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 422, "{raw}");
+        let body: Value = response.json().await.unwrap();
+        assert!(
+            body["detail"].as_str().is_some_and(|d| !d.is_empty()),
+            "{raw}"
+        );
+    }
+    let oversized = "x".repeat(2 * 1024 * 1024);
+    let response = app.client.post(&url).body(oversized).send().await.unwrap();
+    assert_eq!(response.status(), 413);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["detail"],
+        "Request body too large: the limit is 1048576 bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_response_carries_exactly_one_trace_id_following_the_precedence_rules() {
+    let app = spawn_app().await;
+    let echo = app
+        .client
+        .get(app.url("/health"))
+        .header("x-trace-id", "  my-trace  ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(trace_ids(echo.headers()), ["my-trace"]);
+    let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let adopted = app
+        .client
+        .get(app.url("/nowhere"))
+        .header("traceparent", parent)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(adopted.status(), 404);
+    assert_eq!(
+        trace_ids(adopted.headers()),
+        ["4bf92f3577b34da6a3ce929d0e0e4736"]
+    );
+    let invalid = app
+        .client
+        .get(app.url("/health"))
+        .header("x-trace-id", "x".repeat(600))
+        .send()
+        .await
+        .unwrap();
+    let ids = trace_ids(invalid.headers());
+    assert_eq!(ids.len(), 1);
+    assert_eq!(ids[0].len(), 32, "an invalid id is replaced by a fresh one");
+    let streamed = app.stream_run("t-trace", json!({"input": {"messages": [{"role": "user", "content": "/echo x"}]}, "config": {"metadata": {"deerflow_trace_id": "from-body"}}})).await;
+    assert_eq!(trace_ids(&streamed.headers), ["from-body"]);
+    let (_, _, models) = app.get_json("/api/models").await;
+    assert_eq!(models["token_usage"]["enabled"], true);
+    assert_eq!(models["models"][0]["name"], "scripted");
+    let (_, _, health) = app.get_json("/health").await;
+    assert_eq!(health, json!({"status": "ok"}));
+}

@@ -1,0 +1,162 @@
+//! The gateway over real HTTP on loopback, with the scripted model on a SQLite file.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use subflow_gateway::{AppState, ModelListing};
+use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
+use subflow_runtime::admission::{Admission, AdmissionConfig};
+use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
+use subflow_store::Store;
+use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
+use subflow_store::spill::SpillFile;
+
+mod api;
+
+/// A gateway on a free loopback port.
+#[allow(missing_debug_implementations)]
+pub struct TestApp {
+    pub base: String,
+    pub client: reqwest::Client,
+    pub store: Arc<dyn Store>,
+    _dir: tempfile::TempDir,
+}
+
+/// One SSE frame.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Frame {
+    pub event: String,
+    pub data: Value,
+    pub id: Option<String>,
+}
+
+pub async fn spawn_app() -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
+    let store: Arc<dyn Store> = Arc::new(
+        subflow_store_sqlite::SqliteStore::open(&url, 4)
+            .await
+            .unwrap(),
+    );
+    let model: Arc<dyn ChatModel> = Arc::new(
+        ScriptedModel::new(ScriptedConfig {
+            demo_delay_ms: 0,
+            ..ScriptedConfig::default()
+        })
+        .unwrap(),
+    );
+    let counters = Arc::new(StoreCounters::default());
+    let retry = RetryQueue::spawn(
+        store.clone(),
+        Arc::new(SpillFile::in_dir(dir.path())),
+        RetryPolicy::default(),
+        counters.clone(),
+    );
+    let runtime = Runtime::new(
+        RuntimeConfig::with_defaults(dir.path().join("workspaces")),
+        store.clone(),
+        Models::new(vec![model]),
+        Admission::new(AdmissionConfig::default()),
+        retry,
+        counters,
+    );
+    let state = AppState {
+        runtime,
+        store: store.clone(),
+        models: vec![ModelListing {
+            name: "scripted".into(),
+            model: "scripted-1".into(),
+            display_name: Some("Scripted".into()),
+            description: None,
+            supports_thinking: false,
+            supports_reasoning_effort: false,
+        }],
+        token_usage_enabled: true,
+        run_timeout: Duration::from_secs(600),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(subflow_gateway::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    TestApp {
+        base,
+        client: reqwest::Client::builder().no_proxy().build().unwrap(),
+        store,
+        _dir: dir,
+    }
+}
+
+/// A streamed run as the client saw it.
+#[derive(Debug)]
+pub struct Streamed {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub frames: Vec<Frame>,
+    pub text: String,
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// Posts a run request to `…/runs/stream` and reads the whole event stream.
+    pub async fn stream_run(&self, thread: &str, body: Value) -> Streamed {
+        let response = self
+            .client
+            .post(self.url(&format!("/api/threads/{thread}/runs/stream")))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        Streamed {
+            status,
+            headers,
+            frames: parse_frames(&text),
+            text,
+        }
+    }
+
+    /// GET returning status, headers and JSON body.
+    pub async fn get_json(&self, path: &str) -> (u16, reqwest::header::HeaderMap, Value) {
+        let response = self.client.get(self.url(path)).send().await.unwrap();
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        (
+            status,
+            headers,
+            response.json().await.unwrap_or(Value::Null),
+        )
+    }
+}
+
+/// Parses `event:`/`data:`/`id:` frames separated by blank lines.
+pub fn parse_frames(text: &str) -> Vec<Frame> {
+    text.split("\n\n")
+        .filter(|block| !block.trim().is_empty() && !block.starts_with(':'))
+        .map(|block| {
+            let mut frame = Frame {
+                event: String::new(),
+                data: Value::Null,
+                id: None,
+            };
+            for line in block.lines() {
+                if let Some(event) = line.strip_prefix("event: ") {
+                    frame.event = event.to_owned();
+                } else if let Some(data) = line.strip_prefix("data: ") {
+                    frame.data = serde_json::from_str(data).unwrap();
+                } else if let Some(id) = line.strip_prefix("id: ") {
+                    frame.id = Some(id.to_owned());
+                }
+            }
+            frame
+        })
+        .collect()
+}
