@@ -2,6 +2,7 @@
 //! crate that reads configuration and the only one that picks a storage backend.
 
 mod commands;
+mod config;
 mod storage;
 
 use std::process::ExitCode;
@@ -32,6 +33,9 @@ enum Command {
     Migrate(commands::migrate::Args),
     /// Print the binary and contract versions.
     Version,
+    /// Print the documented default configuration, or check a configuration.
+    #[command(subcommand)]
+    Config(commands::config::ConfigCommand),
     /// Measure subflow's speed against a baseline taken in the same run.
     #[command(subcommand)]
     Bench(commands::bench::Bench),
@@ -68,6 +72,7 @@ fn main() -> ExitCode {
             Command::Serve(args) => commands::serve::run(args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Version => commands::version::run(),
+            Command::Config(command) => commands::config::run(command),
             Command::Bench(bench) => commands::bench::run(bench).await,
         }
     });
@@ -76,7 +81,8 @@ fn main() -> ExitCode {
         Err(error) => {
             eprintln!("subflow: {error:#}");
             let usage = error.downcast_ref::<storage::UnsupportedUrl>().is_some()
-                || error.downcast_ref::<commands::UsageError>().is_some();
+                || error.downcast_ref::<commands::UsageError>().is_some()
+                || error.downcast_ref::<config::ConfigError>().is_some();
             ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
         }
     }

@@ -16,9 +16,9 @@ pub struct Args {
 }
 
 /// Opens the database (which migrates it) and writes back any spilled run events.
-pub async fn open_and_recover(database: &DatabaseArgs) -> anyhow::Result<Backend> {
-    let backend = Backend::open(&database.url, database.max_connections).await?;
-    let spill = Arc::new(SpillFile::in_dir(&data_dir(&database.url)));
+pub async fn open_and_recover(url: &str, max_connections: u32) -> anyhow::Result<Backend> {
+    let backend = Backend::open(url, max_connections).await?;
+    let spill = Arc::new(SpillFile::in_dir(&data_dir(url)));
     let recovered = spill
         .reapply(&*backend.store())
         .await
@@ -31,7 +31,7 @@ pub async fn open_and_recover(database: &DatabaseArgs) -> anyhow::Result<Backend
 
 /// Runs `subflow migrate`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    open_and_recover(&args.database).await?;
+    open_and_recover(&args.database.url, args.database.max_connections).await?;
     eprintln!(
         "subflow: database {} is migrated",
         redact(&args.database.url)

@@ -1,38 +1,127 @@
-//! `subflow serve`: today it prepares the database; the HTTP gateway builds on it.
+//! `subflow serve`: loads and validates the configuration, migrates the database,
+//! re-applies spilled run events, then serves the gateway until interrupted.
 
-use super::DatabaseArgs;
-use crate::storage::redact;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use subflow_gateway::{AppState, ModelListing};
+use subflow_runtime::admission::Admission;
+use subflow_runtime::runtime::{Models, Runtime};
+use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
+use subflow_store::spill::SpillFile;
+
+use super::config::ConfigArgs;
+use crate::config::Config;
+use crate::storage::{data_dir, redact};
 
 /// Arguments of `subflow serve`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    database: DatabaseArgs,
-    /// Address to listen on.
-    #[arg(
-        long,
-        env = "SUBFLOW__SERVER__LISTEN",
-        default_value = "127.0.0.1:8001"
-    )]
-    listen: String,
+    config: ConfigArgs,
+    /// Address to listen on (`server.listen`).
+    #[arg(long)]
+    listen: Option<String>,
+    /// Database URL (`database.url`).
+    #[arg(long = "database-url")]
+    database_url: Option<String>,
     /// Do not run the in-process batch worker.
     #[arg(long)]
     no_worker: bool,
 }
 
-/// Migrates the database and recovers spilled events, then reports that the gateway is
-/// not part of this build yet.
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    super::migrate::open_and_recover(&args.database).await?;
-    eprintln!(
-        "subflow: database {} is migrated and ready; serve arrives with the gateway (would listen on {}{})",
-        redact(&args.database.url),
-        args.listen,
-        if args.no_worker {
-            ", without a batch worker"
-        } else {
-            ""
+fn listings(config: &Config) -> Vec<ModelListing> {
+    config
+        .models
+        .iter()
+        .map(|m| ModelListing {
+            name: m.name.clone(),
+            model: m.model_id().to_owned(),
+            display_name: m.display_name.clone(),
+            description: m.description.clone(),
+            supports_thinking: m.supports_thinking,
+            supports_reasoning_effort: m.supports_reasoning_effort,
+        })
+        .collect()
+}
+
+/// Resolves on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => return interrupt.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
         }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}
+
+/// Runs `subflow serve`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let mut overrides = Vec::new();
+    if let Some(listen) = &args.listen {
+        overrides.push(("server.listen", listen.as_str()));
+    }
+    if let Some(url) = &args.database_url {
+        overrides.push(("database.url", url.as_str()));
+    }
+    let built = args.config.load_and_build(&overrides)?;
+    let config = built.config;
+    let url = config.database.url.clone();
+    let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
+    let store = backend.store();
+    let data_dir = data_dir(&url);
+    let counters = Arc::new(StoreCounters::default());
+    let spill = Arc::new(SpillFile::in_dir(&data_dir));
+    let retry = RetryQueue::spawn(
+        store.clone(),
+        spill,
+        RetryPolicy::default(),
+        counters.clone(),
     );
+    let runtime = Runtime::new(
+        config.runtime_config(&data_dir),
+        store.clone(),
+        Models::new(built.models),
+        Admission::new(config.subagent_runtime.clone()),
+        retry.clone(),
+        counters,
+    )
+    .with_observers(built.observers);
+    let state = AppState {
+        runtime,
+        store,
+        models: listings(&config),
+        token_usage_enabled: config.token_usage.enabled,
+        run_timeout: Duration::from_secs(config.runs.timeout_seconds),
+    };
+    let listener = tokio::net::TcpListener::bind(&config.server.listen)
+        .await
+        .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
+    let address = listener
+        .local_addr()
+        .context("reading the listen address")?;
+    if args.no_worker {
+        tracing::info!("running without a batch worker");
+    }
+    eprintln!(
+        "subflow: listening on http://{address} (database {})",
+        redact(&url)
+    );
+    subflow_gateway::serve(listener, state, shutdown_signal())
+        .await
+        .context("serving HTTP")?;
+    // Records that could not be written yet are spilled, to be re-applied at the next start.
+    retry.shutdown().await;
+    eprintln!("subflow: stopped");
     Ok(())
 }

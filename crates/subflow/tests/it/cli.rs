@@ -73,8 +73,54 @@ fn unknown_commands_and_bad_bench_sizes_exit_with_code_2() {
     );
 }
 
+/// Starts `subflow serve` on a free port; returns the child and its address once it listens.
+fn start_serve(
+    dir: &std::path::Path,
+    args: &[&str],
+) -> (
+    std::process::Child,
+    String,
+    std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+) {
+    use std::io::BufRead;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_subflow"))
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0"])
+        .args(args)
+        .current_dir(dir)
+        .env_remove("SUBFLOW_CONFIG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("serve starts");
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let address = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.split("listening on http://")
+                .nth(1)
+                .map(|rest| rest.split_whitespace().next().unwrap().to_owned())
+        })
+        .expect("serve reports its address");
+    (child, address, lines)
+}
+
+/// A raw HTTP/1.1 GET over loopback.
+fn http_get(address: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
 #[tokio::test]
-async fn serve_re_applies_spilled_run_events_before_anything_else() {
+async fn serve_re_applies_spilled_events_serves_health_and_stops_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let records: Vec<NewEvent> = (0..3)
         .map(|n| {
@@ -90,10 +136,16 @@ async fn serve_re_applies_spilled_run_events_before_anything_else() {
         .collect();
     let spill = SpillFile::in_dir(dir.path());
     spill.append(&records).unwrap();
+    let (mut child, address, lines) = start_serve(dir.path(), &[]);
+    assert!(
+        !spill.path().exists(),
+        "the spill file is consumed before serving"
+    );
+    let health = http_get(&address, "/health");
+    assert!(health.starts_with("HTTP/1.1 200"), "{health}");
+    assert!(health.to_lowercase().contains("x-trace-id: "));
+    assert!(health.ends_with(r#"{"status":"ok"}"#), "{health}");
     let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
-    let output = subflow(&["serve", "--database-url", &url], dir.path());
-    assert!(output.status.success(), "{}", stderr(&output));
-    assert!(!spill.path().exists(), "the spill file is consumed");
     let store = SqliteStore::open(&url, 1).await.unwrap();
     let rows = store
         .list_events(&EventQuery::run("t1", "r1"))
@@ -102,5 +154,33 @@ async fn serve_re_applies_spilled_run_events_before_anything_else() {
     assert_eq!(
         rows.iter().map(|r| r.event_id).collect::<Vec<_>>(),
         records.iter().map(|r| r.event_id).collect::<Vec<_>>()
+    );
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "a SIGTERM is a graceful stop: {status}");
+    let rest: Vec<String> = lines.map_while(Result::ok).collect();
+    assert!(
+        rest.iter().any(|l| l.contains("subflow: stopped")),
+        "{rest:?}"
+    );
+}
+
+#[test]
+fn serve_refuses_a_bad_configuration_with_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("subflow.toml"),
+        "[subagents]\nmax_concurrent = 9\n",
+    )
+    .unwrap();
+    let output = subflow(&["serve"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("subagents.max_concurrent must be between 1 and 4, got 9"),
+        "{}",
+        stderr(&output)
     );
 }

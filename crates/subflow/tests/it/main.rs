@@ -1,4 +1,5 @@
 //! System tests of the `subflow` binary and the repository rules.
 
 mod cli;
+mod config;
 mod tidy;
