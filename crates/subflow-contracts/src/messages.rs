@@ -20,9 +20,9 @@ pub enum Message {
     System(SystemMessage),
 }
 
-/// A user message.
+/// A message that is text and metadata only: what a user or a system prompt says.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct HumanMessage {
+pub struct TextMessage {
     /// A string or a list of content blocks.
     pub content: Value,
     /// Message id.
@@ -39,24 +39,11 @@ pub struct HumanMessage {
     pub response_metadata: Map<String, Value>,
 }
 
+/// A user message.
+pub type HumanMessage = TextMessage;
+
 /// A system message.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-pub struct SystemMessage {
-    /// A string or a list of content blocks.
-    pub content: Value,
-    /// Message id.
-    #[serde(default)]
-    pub id: Option<String>,
-    /// Optional name.
-    #[serde(default)]
-    pub name: Option<String>,
-    /// Extra data.
-    #[serde(default)]
-    pub additional_kwargs: Map<String, Value>,
-    /// Response data.
-    #[serde(default)]
-    pub response_metadata: Map<String, Value>,
-}
+pub type SystemMessage = TextMessage;
 
 /// A model's reply.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
