@@ -52,6 +52,46 @@ pub struct AppState {
     pub token_usage_enabled: bool,
     /// `runs.timeout_seconds`.
     pub run_timeout: Duration,
+    /// `streams.heartbeat_seconds`.
+    pub heartbeat: Duration,
+    /// Runs executing in this process, for cancel.
+    pub active: ActiveRuns,
+}
+
+/// The runs executing in this process: their cancel tokens and a signal when they end.
+#[derive(Debug, Clone, Default)]
+pub struct ActiveRuns {
+    runs: Arc<std::sync::Mutex<std::collections::HashMap<String, ActiveRun>>>,
+}
+
+/// One executing run.
+#[derive(Debug, Clone)]
+pub struct ActiveRun {
+    /// Cancels the run.
+    pub cancel: tokio_util::sync::CancellationToken,
+    /// Becomes true when the run has ended.
+    pub done: tokio::sync::watch::Receiver<bool>,
+}
+
+impl ActiveRuns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, ActiveRun>> {
+        self.runs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a run.
+    pub fn insert(&self, run_id: &str, run: ActiveRun) {
+        self.lock().insert(run_id.to_owned(), run);
+    }
+
+    /// Forgets a run that ended.
+    pub fn remove(&self, run_id: &str) {
+        self.lock().remove(run_id);
+    }
+
+    /// The run, if it executes here.
+    pub fn get(&self, run_id: &str) -> Option<ActiveRun> {
+        self.lock().get(run_id).cloned()
+    }
 }
 
 /// The implicit user of `auth.mode = local` (SPEC §13).
@@ -63,7 +103,23 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(routes::health))
         .route("/api/models", get(routes::models))
         .route("/api/threads", post(routes::threads::create))
-        .route("/api/threads/{thread_id}", get(routes::threads::get))
+        .route("/api/threads/search", post(routes::threads::search))
+        .route(
+            "/api/threads/{thread_id}",
+            get(routes::threads::get).delete(routes::threads::delete),
+        )
+        .route(
+            "/api/threads/{thread_id}/state",
+            get(routes::threads::state),
+        )
+        .route(
+            "/api/threads/{thread_id}/history",
+            get(routes::threads::history_get).post(routes::threads::history_post),
+        )
+        .route(
+            "/api/threads/{thread_id}/runs/{run_id}/cancel",
+            post(routes::runs::cancel),
+        )
         .route(
             "/api/threads/{thread_id}/runs/stream",
             post(routes::runs::stream),

@@ -22,7 +22,7 @@ use super::threads::not_found;
 use super::{checked_thread_id, parse_body};
 use crate::sse::frame;
 use crate::trace::{RequestTrace, valid_trace_id};
-use crate::{ApiError, AppState, LOCAL_USER};
+use crate::{ActiveRun, ApiError, AppState, LOCAL_USER};
 
 const STREAM_MODES: [&str; 4] = ["values", "messages-tuple", "updates", "custom"];
 
@@ -334,7 +334,21 @@ async fn start(
     };
     let (sink, output) = OutputSink::channel();
     let runtime = state.runtime.clone();
-    let outcome = tokio::spawn(async move { runtime.run(spec, sink).await });
+    let (done_tx, done) = tokio::sync::watch::channel(false);
+    state.active.insert(
+        &run.run_id,
+        ActiveRun {
+            cancel: cancel.clone(),
+            done,
+        },
+    );
+    let (active, run_key) = (state.active.clone(), run.run_id.clone());
+    let outcome = tokio::spawn(async move {
+        let result = runtime.run(spec, sink).await;
+        active.remove(&run_key);
+        let _ = done_tx.send(true);
+        result
+    });
     Ok(Started {
         run,
         trace,
@@ -369,13 +383,33 @@ pub async fn stream(
     let wants = |mode: &str| accepted.modes.iter().any(|m| m == mode);
     let (values, messages, custom) = (wants("values"), wants("messages-tuple"), wants("custom"));
     let cancel_on_disconnect = accepted.cancel_on_disconnect;
+    let heartbeat_every = state.heartbeat;
     let (run_id, thread) = (run.run_id.clone(), run.thread_id.clone());
     tokio::spawn(async move {
         let mut out = FrameWriter { frames, next_id: 0 };
         let mut connected = out
             .send("metadata", json!({"run_id": run_id, "thread_id": thread}))
             .await;
-        while let Some(item) = output.recv().await {
+        let mut heartbeat = tokio::time::interval_at(
+            tokio::time::Instant::now() + heartbeat_every,
+            heartbeat_every,
+        );
+        loop {
+            let item = tokio::select! {
+                item = output.recv() => match item {
+                    Some(item) => item,
+                    None => break,
+                },
+                _ = heartbeat.tick() => {
+                    if connected && !out.heartbeat().await {
+                        connected = false;
+                        if cancel_on_disconnect {
+                            cancel.cancel();
+                        }
+                    }
+                    continue;
+                }
+            };
             if !connected {
                 continue;
             }
@@ -430,6 +464,14 @@ struct FrameWriter {
 }
 
 impl FrameWriter {
+    /// Sends `: heartbeat`, which has no id; false once the client has gone.
+    async fn heartbeat(&mut self) -> bool {
+        self.frames
+            .send(Ok(Bytes::from_static(b": heartbeat\n\n")))
+            .await
+            .is_ok()
+    }
+
     /// Sends one frame; false once the client has gone.
     async fn send(&mut self, event: &str, data: Value) -> bool {
         self.next_id += 1;
@@ -519,4 +561,63 @@ pub async fn get(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))?;
     Ok(Json(run_json(&run)))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CancelParams {
+    wait: Option<bool>,
+    action: Option<String>,
+}
+
+/// `POST …/runs/{run_id}/cancel?wait=false&action=interrupt|rollback`: 202, empty body.
+/// `rollback` also deletes the run's checkpoints, events and record once it has stopped.
+pub async fn cancel(
+    State(state): State<AppState>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+    Query(params): Query<CancelParams>,
+) -> Result<axum::http::StatusCode, ApiError> {
+    checked_thread_id(&thread_id)?;
+    let rollback = match params.action.as_deref() {
+        None | Some("interrupt") => false,
+        Some("rollback") => true,
+        Some(other) => {
+            return Err(ApiError::Unprocessable(format!(
+                "action must be 'interrupt' or 'rollback', got '{other}'"
+            )));
+        }
+    };
+    if state.store.get_run(&thread_id, &run_id).await?.is_none() {
+        return Err(ApiError::NotFound(format!("Run {run_id} not found")));
+    }
+    let active = state.active.get(&run_id);
+    if let Some(active) = &active {
+        active.cancel.cancel();
+    }
+    let finish = {
+        let state = state.clone();
+        async move {
+            if let Some(active) = active {
+                let mut done = active.done.clone();
+                let _ = done.wait_for(|ended| *ended).await;
+            }
+            if rollback {
+                if let Err(error) = state
+                    .store
+                    .delete_run_checkpoints(&thread_id, &run_id)
+                    .await
+                {
+                    tracing::error!(%error, "rollback: deleting checkpoints failed");
+                }
+                if let Err(error) = state.store.delete_run(&thread_id, &run_id).await {
+                    tracing::error!(%error, "rollback: deleting the run failed");
+                }
+            }
+        }
+    };
+    if params.wait.unwrap_or(false) {
+        finish.await;
+    } else {
+        tokio::spawn(finish);
+    }
+    Ok(axum::http::StatusCode::ACCEPTED)
 }

@@ -3,10 +3,12 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use subflow_store::{NewThread, ThreadRecord};
+use subflow_contracts::RunStatus;
+use subflow_store::{Checkpoint, NewThread, ThreadRecord, ThreadSearch};
 
 use super::{checked_thread_id, parse_body};
 use crate::{ApiError, AppState, LOCAL_USER};
@@ -93,4 +95,162 @@ pub async fn get(
 /// 404 `Thread {thread_id} not found`.
 pub fn not_found(thread_id: &str) -> ApiError {
     ApiError::NotFound(format!("Thread {thread_id} not found"))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SearchThreads {
+    #[serde(default)]
+    metadata: Map<String, Value>,
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    offset: Option<u32>,
+}
+
+/// `POST /api/threads/search`: the caller's threads, newest first.
+pub async fn search(
+    State(state): State<AppState>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    let request: SearchThreads = parse_body(&body)?;
+    let status = request
+        .status
+        .map(|s| {
+            s.parse()
+                .map_err(|e: subflow_contracts::status::UnknownValue| {
+                    ApiError::Unprocessable(e.to_string())
+                })
+        })
+        .transpose()?;
+    let search = ThreadSearch {
+        owner: LOCAL_USER.to_owned(),
+        metadata: request.metadata,
+        status,
+        limit: request.limit.unwrap_or(10).min(1000),
+        offset: request.offset.unwrap_or(0),
+    };
+    let mut threads = Vec::new();
+    for thread in state.store.search_threads(&search).await? {
+        threads.push(thread_json(&state, &thread).await?);
+    }
+    Ok(Json(threads))
+}
+
+/// `DELETE /api/threads/{thread_id}`: cancels its active runs, then deletes all its data.
+pub async fn delete(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    checked_thread_id(&thread_id)?;
+    if state.store.get_thread(&thread_id).await?.is_none() {
+        return Err(not_found(&thread_id));
+    }
+    for run in state
+        .store
+        .list_runs(&thread_id, Some(RunStatus::Running), 100, 0)
+        .await?
+    {
+        if let Some(active) = state.active.get(&run.run_id) {
+            active.cancel.cancel();
+            let mut done = active.done.clone();
+            let _ = done.wait_for(|ended| *ended).await;
+        }
+    }
+    state.store.delete_thread(&thread_id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A ThreadState (SPEC §2.3) of one checkpoint.
+fn state_json(checkpoint: &Checkpoint) -> Value {
+    json!({
+        "values": checkpoint.values,
+        "next": [],
+        "checkpoint": {"thread_id": checkpoint.thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint.checkpoint_id},
+        "metadata": checkpoint.metadata,
+        "created_at": checkpoint.created_at,
+        "parent_checkpoint": checkpoint.parent_checkpoint_id.as_ref().map(|id| json!({"thread_id": checkpoint.thread_id, "checkpoint_ns": "", "checkpoint_id": id})),
+        "tasks": [],
+        "interrupts": [],
+    })
+}
+
+/// `GET …/state`: the latest checkpoint, or an empty state for a thread without one.
+pub async fn state(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    checked_thread_id(&thread_id)?;
+    let Some(checkpoint) = state.store.latest_checkpoint(&thread_id).await? else {
+        return Ok(Json(
+            json!({"values": {"messages": []}, "next": [], "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": null}, "metadata": {}, "created_at": null, "parent_checkpoint": null, "tasks": [], "interrupts": []}),
+        ));
+    };
+    Ok(Json(state_json(&checkpoint)))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryParams {
+    #[serde(default)]
+    limit: Option<u32>,
+    #[serde(default)]
+    before: Option<Value>,
+}
+
+async fn history(
+    state: &AppState,
+    thread_id: &str,
+    params: HistoryParams,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    checked_thread_id(thread_id)?;
+    // `before` is a checkpoint id, or a checkpoint config {checkpoint_id} as the SDKs send it.
+    let before = match &params.before {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(config) => config
+            .pointer("/configurable/checkpoint_id")
+            .or_else(|| config.get("checkpoint_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+    };
+    let checkpoints = state
+        .store
+        .list_checkpoints(
+            thread_id,
+            params.limit.unwrap_or(10).min(1000),
+            before.as_deref(),
+        )
+        .await?;
+    Ok(Json(checkpoints.iter().map(state_json).collect()))
+}
+
+/// `POST …/history` `{limit=10, before?}`: ThreadStates, newest first.
+pub async fn history_post(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    let params: HistoryParams = parse_body(&body)?;
+    history(&state, &thread_id, params).await
+}
+
+/// `GET …/history?limit=&before=`.
+pub async fn history_get(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+    Query(query): Query<std::collections::HashMap<String, String>>,
+) -> Result<Json<Vec<Value>>, ApiError> {
+    let limit = query
+        .get("limit")
+        .map(|l| {
+            l.parse::<u32>().map_err(|_| {
+                ApiError::Unprocessable(format!("limit must be an integer, got '{l}'"))
+            })
+        })
+        .transpose()?;
+    let before = query.get("before").map(|b| Value::String(b.clone()));
+    history(&state, &thread_id, HistoryParams { limit, before }).await
 }

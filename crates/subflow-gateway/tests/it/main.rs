@@ -13,6 +13,7 @@ use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
 
 mod api;
+mod lifecycle;
 
 /// A gateway on a free loopback port.
 #[allow(missing_debug_implementations)]
@@ -32,6 +33,11 @@ pub struct Frame {
 }
 
 pub async fn spawn_app() -> TestApp {
+    spawn_app_with(0, Duration::from_secs(15)).await
+}
+
+/// A gateway whose scripted model paces its text by `delay_ms`, with heartbeats every `heartbeat`.
+pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
     let store: Arc<dyn Store> = Arc::new(
@@ -41,7 +47,7 @@ pub async fn spawn_app() -> TestApp {
     );
     let model: Arc<dyn ChatModel> = Arc::new(
         ScriptedModel::new(ScriptedConfig {
-            demo_delay_ms: 0,
+            demo_delay_ms: delay_ms,
             ..ScriptedConfig::default()
         })
         .unwrap(),
@@ -74,6 +80,8 @@ pub async fn spawn_app() -> TestApp {
         }],
         token_usage_enabled: true,
         run_timeout: Duration::from_secs(600),
+        heartbeat,
+        active: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -103,6 +103,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         models: listings(&config),
         token_usage_enabled: config.token_usage.enabled,
         run_timeout: Duration::from_secs(config.runs.timeout_seconds),
+        heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
+        active: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
