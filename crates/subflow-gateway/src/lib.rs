@@ -10,6 +10,7 @@ mod error;
 mod routes;
 mod sse;
 mod trace;
+pub mod usage;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -50,6 +51,8 @@ pub struct AppState {
     pub models: Vec<ModelListing>,
     /// `token_usage.enabled`.
     pub token_usage_enabled: bool,
+    /// Context windows and prices of the configured models, the first being the default.
+    pub model_facts: Vec<usage::ModelFacts>,
     /// `runs.timeout_seconds`.
     pub run_timeout: Duration,
     /// `streams.heartbeat_seconds`.
@@ -111,6 +114,10 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/threads/{thread_id}/state",
             get(routes::threads::state),
+        )
+        .route(
+            "/api/threads/{thread_id}/token-usage",
+            get(routes::token_usage::get),
         )
         .route(
             "/api/threads/{thread_id}/history",

@@ -3,6 +3,7 @@
 pub mod events;
 pub mod runs;
 pub mod threads;
+pub mod token_usage;
 
 use axum::Json;
 use axum::body::Bytes;

@@ -265,3 +265,46 @@ async fn every_response_carries_exactly_one_trace_id_following_the_precedence_ru
     let (_, _, health) = app.get_json("/health").await;
     assert_eq!(health, json!({"status": "ok"}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_usage_sums_the_demo_run_by_caller_and_model_with_cost_and_context() {
+    let app = spawn_app().await;
+    app.stream_run(
+        "t-usage",
+        json!({"input": {"messages": [{"role": "user", "content": "Compare two caches"}]}}),
+    )
+    .await;
+    let (status, headers, usage) = app.get_json("/api/threads/t-usage/token-usage").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers.get_all("x-trace-id").iter().count(), 1);
+    assert_eq!(usage["thread_id"], "t-usage");
+    assert_eq!(usage["total_runs"], 1);
+    let total = usage["total_tokens"].as_i64().unwrap();
+    let by_caller = &usage["by_caller"];
+    assert!(
+        by_caller["lead_agent"].as_i64().unwrap() > 0
+            && by_caller["subagent"].as_i64().unwrap() > 0
+    );
+    assert_eq!(
+        total,
+        by_caller["lead_agent"].as_i64().unwrap()
+            + by_caller["subagent"].as_i64().unwrap()
+            + by_caller["middleware"].as_i64().unwrap()
+    );
+    let by_model: i64 = usage["by_model"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|m| m["tokens"].as_i64().unwrap())
+        .sum();
+    assert_eq!(by_model, total);
+    assert_eq!(usage["cost"]["currency"], "USD");
+    assert!(usage["cost"]["total"].as_f64().unwrap() > 0.0);
+    assert_eq!(usage["context_usage"]["max_context_tokens"], 128_000);
+    assert!(usage["context_usage"]["token_count"].as_u64().unwrap() > 0);
+    let (_, _, empty) = app.get_json("/api/threads/t-nothing/token-usage").await;
+    assert_eq!(
+        (empty["total_tokens"].as_i64(), empty["cost"].clone()),
+        (Some(0), Value::Null)
+    );
+}

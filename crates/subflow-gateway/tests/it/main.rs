@@ -79,6 +79,17 @@ pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
             supports_reasoning_effort: false,
         }],
         token_usage_enabled: true,
+        model_facts: vec![subflow_gateway::usage::ModelFacts {
+            name: "scripted".into(),
+            model: "scripted-1".into(),
+            context_window: Some(128_000),
+            pricing: Some(subflow_gateway::usage::Price {
+                currency: "USD".into(),
+                input_per_million: 2.0,
+                output_per_million: 8.0,
+                input_cache_hit_per_million: Some(0.5),
+            }),
+        }],
         run_timeout: Duration::from_secs(600),
         heartbeat,
         active: Default::default(),

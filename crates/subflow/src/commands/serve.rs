@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use subflow_gateway::usage::{ModelFacts, Price};
 use subflow_gateway::{AppState, ModelListing};
 use subflow_runtime::admission::Admission;
 use subflow_runtime::runtime::{Models, Runtime};
@@ -44,6 +45,28 @@ fn listings(config: &Config) -> Vec<ModelListing> {
             supports_reasoning_effort: m.supports_reasoning_effort,
         })
         .collect()
+}
+
+/// Context windows and prices for `/token-usage`, the lead's model first.
+fn facts(config: &Config) -> Vec<ModelFacts> {
+    let lead = config.lead_model().name.clone();
+    let mut facts: Vec<ModelFacts> = config
+        .models
+        .iter()
+        .map(|m| ModelFacts {
+            name: m.name.clone(),
+            model: m.model_id().to_owned(),
+            context_window: m.context_window,
+            pricing: m.pricing.as_ref().map(|p| Price {
+                currency: p.currency.clone(),
+                input_per_million: p.input_per_million,
+                output_per_million: p.output_per_million,
+                input_cache_hit_per_million: p.input_cache_hit_per_million,
+            }),
+        })
+        .collect();
+    facts.sort_by_key(|f| f.name != lead);
+    facts
 }
 
 /// Resolves on Ctrl-C or SIGTERM.
@@ -102,6 +125,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         store,
         models: listings(&config),
         token_usage_enabled: config.token_usage.enabled,
+        model_facts: facts(&config),
         run_timeout: Duration::from_secs(config.runs.timeout_seconds),
         heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
         active: Default::default(),

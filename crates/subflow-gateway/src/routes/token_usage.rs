@@ -1,0 +1,68 @@
+//! `GET /api/threads/{thread_id}/token-usage?include_active=false` (SPEC §7.3, §7.4).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use serde::Deserialize;
+use serde_json::Value;
+use subflow_contracts::messages::Message;
+
+use super::checked_thread_id;
+use crate::usage::{context_usage, summarise};
+use crate::{ApiError, AppState};
+
+/// Runs read per page while summing a thread.
+const PAGE: u32 = 500;
+
+#[derive(Debug, Deserialize)]
+pub struct UsageParams {
+    include_active: Option<bool>,
+}
+
+/// The thread's usage over counted runs, with cost and context usage.
+pub async fn get(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+    Query(params): Query<UsageParams>,
+) -> Result<Json<Value>, ApiError> {
+    checked_thread_id(&thread_id)?;
+    let mut runs = Vec::new();
+    loop {
+        let page = state
+            .store
+            .list_runs(&thread_id, None, PAGE, runs.len() as u32)
+            .await?;
+        let short = page.len() < PAGE as usize;
+        runs.extend(page);
+        if short {
+            break;
+        }
+    }
+    let mut body = summarise(
+        &thread_id,
+        &runs,
+        params.include_active.unwrap_or(false),
+        &state.model_facts,
+    );
+    // Runs are newest first: the latest run's model sets the window, else the default model.
+    let model = runs.first().and_then(|r| r.model_name.clone());
+    let facts = model
+        .and_then(|m| {
+            state
+                .model_facts
+                .iter()
+                .find(|f| f.name == m || f.model == m)
+        })
+        .or_else(|| state.model_facts.first());
+    let context = match state.store.latest_checkpoint(&thread_id).await {
+        Ok(checkpoint) => {
+            let messages: Vec<Message> = checkpoint
+                .and_then(|c| c.values.get("messages").cloned())
+                .and_then(|m| serde_json::from_value(m).ok())
+                .unwrap_or_default();
+            context_usage(&messages, facts.and_then(|f| f.context_window))
+        }
+        Err(_) => Value::Null,
+    };
+    body["context_usage"] = context;
+    Ok(Json(body))
+}

@@ -1,0 +1,359 @@
+//! `/token-usage` arithmetic (SPEC §7.3, §7.4): counted runs, model and caller sums,
+//! context usage and cache-aware cost. Pure functions over run records.
+
+use std::collections::BTreeMap;
+
+use serde_json::{Map, Value, json};
+use subflow_contracts::RunStatus;
+use subflow_contracts::messages::Message;
+use subflow_store::{ModelUsage, RunRecord};
+
+/// What `/token-usage` needs to know about a configured model.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelFacts {
+    /// Configured name.
+    pub name: String,
+    /// Provider model id.
+    pub model: String,
+    /// `context_window`.
+    pub context_window: Option<u64>,
+    /// `pricing`, if any.
+    pub pricing: Option<Price>,
+}
+
+/// Prices per million tokens.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Price {
+    /// Upper-case currency code.
+    pub currency: String,
+    /// Uncached input.
+    pub input_per_million: f64,
+    /// Output.
+    pub output_per_million: f64,
+    /// Cached input; the input price when absent.
+    pub input_cache_hit_per_million: Option<f64>,
+}
+
+/// Whether a run counts: `success` and `error`, plus `running` when asked.
+pub fn counted(run: &RunRecord, include_active: bool) -> bool {
+    matches!(run.status, RunStatus::Success | RunStatus::Error)
+        || (include_active && run.status == RunStatus::Running)
+}
+
+/// The price of a model name: by configured name, by provider model, then lowercase forms.
+/// Entries whose input and output prices are both ≤ 0 count as unpriced.
+pub fn price_of<'a>(models: &'a [ModelFacts], name: &str) -> Option<&'a Price> {
+    let lower = name.to_lowercase();
+    let matches = |m: &&ModelFacts| {
+        m.name == name
+            || m.model == name
+            || m.name.to_lowercase() == lower
+            || m.model.to_lowercase() == lower
+    };
+    models
+        .iter()
+        .filter(matches)
+        .filter_map(|m| m.pricing.as_ref())
+        .find(|p| p.input_per_million > 0.0 || p.output_per_million > 0.0)
+}
+
+/// The cost of one bucket at `price`, cached input at the hit price.
+pub fn bucket_cost(bucket: &ModelUsage, price: &Price) -> f64 {
+    let input = bucket.input_tokens.max(0);
+    let cache_read = bucket.cache_read_tokens.unwrap_or(0).clamp(0, input);
+    let uncached = input - cache_read;
+    let hit = price
+        .input_cache_hit_per_million
+        .unwrap_or(price.input_per_million);
+    uncached as f64 / 1e6 * price.input_per_million
+        + cache_read as f64 / 1e6 * hit
+        + bucket.output_tokens.max(0) as f64 / 1e6 * price.output_per_million
+}
+
+fn round6(value: f64) -> f64 {
+    (value * 1e6).round() / 1e6
+}
+
+/// The `cost` object over counted runs, or null when nothing is priced or currencies mix.
+pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Value {
+    let mut by_model: BTreeMap<String, f64> = BTreeMap::new();
+    let mut currencies: Vec<String> = Vec::new();
+    let mut add =
+        |model: &str, amount: f64| *by_model.entry(model.to_owned()).or_default() += amount;
+    for run in runs {
+        let mut priced_any = false;
+        for (model, bucket) in &run.usage.token_usage_by_model {
+            if bucket.input_tokens == 0 && bucket.output_tokens == 0 {
+                continue;
+            }
+            if let Some(price) = price_of(models, model) {
+                priced_any = true;
+                currencies.push(price.currency.to_uppercase());
+                add(model, bucket_cost(bucket, price));
+            }
+        }
+        if !priced_any
+            && let Some(model) = run.model_name.as_deref()
+            && let Some(price) = price_of(models, model)
+        {
+            // A run without priced buckets is priced on its totals, without a cache discount.
+            let totals = ModelUsage {
+                input_tokens: run.usage.total_input_tokens,
+                output_tokens: run.usage.total_output_tokens,
+                total_tokens: run.usage.total_tokens,
+                cache_read_tokens: None,
+            };
+            if totals.input_tokens > 0 || totals.output_tokens > 0 {
+                currencies.push(price.currency.to_uppercase());
+                add(model, bucket_cost(&totals, price));
+            }
+        }
+    }
+    currencies.sort_unstable();
+    currencies.dedup();
+    match currencies.as_slice() {
+        [currency] => {
+            let rounded: Map<String, Value> = by_model
+                .iter()
+                .map(|(m, c)| (m.clone(), json!(round6(*c))))
+                .collect();
+            let total = round6(by_model.values().sum());
+            json!({"currency": currency, "total": total, "by_model": rounded})
+        }
+        _ => Value::Null,
+    }
+}
+
+/// `context_usage` of the latest checkpoint's messages against a model's window.
+pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> Value {
+    let count: u64 = messages
+        .iter()
+        .map(|m| (m.text().chars().count() as u64).div_ceil(4) + 3)
+        .sum();
+    let percentage = context_window
+        .filter(|w| *w > 0)
+        .map(|w| ((count as f64 / w as f64 * 100.0) * 10.0).round() / 10.0);
+    json!({"token_count": count, "max_context_tokens": context_window, "percentage": percentage})
+}
+
+/// The `/token-usage` body without `context_usage`.
+pub fn summarise(
+    thread_id: &str,
+    runs: &[RunRecord],
+    include_active: bool,
+    models: &[ModelFacts],
+) -> Value {
+    let counted: Vec<&RunRecord> = runs.iter().filter(|r| counted(r, include_active)).collect();
+    let mut by_model: BTreeMap<String, (i64, u64)> = BTreeMap::new();
+    let (mut total, mut input, mut output) = (0i64, 0i64, 0i64);
+    let (mut lead, mut subagent, mut middleware) = (0i64, 0i64, 0i64);
+    for run in &counted {
+        let usage = &run.usage;
+        total += usage.total_tokens;
+        input += usage.total_input_tokens;
+        output += usage.total_output_tokens;
+        lead += usage.lead_agent_tokens;
+        subagent += usage.subagent_tokens;
+        middleware += usage.middleware_tokens;
+        if usage.token_usage_by_model.is_empty() {
+            let model = run
+                .model_name
+                .clone()
+                .unwrap_or_else(|| "unknown".to_owned());
+            let entry = by_model.entry(model).or_default();
+            entry.0 += usage.total_tokens;
+            entry.1 += 1;
+        } else {
+            for (model, bucket) in &usage.token_usage_by_model {
+                let entry = by_model.entry(model.clone()).or_default();
+                entry.0 += bucket.total_tokens;
+                entry.1 += 1;
+            }
+        }
+    }
+    let by_model: Map<String, Value> = by_model
+        .into_iter()
+        .map(|(m, (tokens, runs))| (m, json!({"tokens": tokens, "runs": runs})))
+        .collect();
+    json!({
+        "thread_id": thread_id, "total_tokens": total, "total_input_tokens": input, "total_output_tokens": output,
+        "total_runs": counted.len(), "by_model": by_model,
+        "by_caller": {"lead_agent": lead, "subagent": subagent, "middleware": middleware},
+        "cost": cost(&counted, models),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use subflow_store::RunUsage;
+
+    fn facts(name: &str, price: Option<(f64, f64, Option<f64>, &str)>) -> ModelFacts {
+        ModelFacts {
+            name: name.into(),
+            model: format!("{name}-model"),
+            context_window: Some(1000),
+            pricing: price.map(|(i, o, h, c)| Price {
+                currency: c.into(),
+                input_per_million: i,
+                output_per_million: o,
+                input_cache_hit_per_million: h,
+            }),
+        }
+    }
+
+    fn run(status: RunStatus, model: &str, buckets: &[(&str, i64, i64, Option<i64>)]) -> RunRecord {
+        let mut usage = RunUsage::default();
+        for (name, input, output, cached) in buckets {
+            usage.total_input_tokens += input;
+            usage.total_output_tokens += output;
+            usage.total_tokens += input + output;
+            usage.lead_agent_tokens += input + output;
+            usage.token_usage_by_model.insert(
+                name.to_string(),
+                ModelUsage {
+                    input_tokens: *input,
+                    output_tokens: *output,
+                    total_tokens: input + output,
+                    cache_read_tokens: *cached,
+                },
+            );
+        }
+        RunRecord {
+            run_id: "r".into(),
+            thread_id: "t".into(),
+            owner: "u".into(),
+            assistant_id: "lead_agent".into(),
+            status,
+            model_name: Some(model.into()),
+            trace_id: None,
+            stop_reason: None,
+            error: None,
+            metadata: Map::new(),
+            multitask_strategy: "reject".into(),
+            kwargs: Value::Null,
+            usage,
+            created_at: String::new(),
+            updated_at: String::new(),
+        }
+    }
+
+    #[test]
+    fn cache_hits_use_the_hit_price_else_the_input_price() {
+        let bucket = ModelUsage {
+            input_tokens: 1_000_000,
+            output_tokens: 1_000_000,
+            total_tokens: 2_000_000,
+            cache_read_tokens: Some(400_000),
+        };
+        let with_hit = Price {
+            currency: "USD".into(),
+            input_per_million: 2.0,
+            output_per_million: 8.0,
+            input_cache_hit_per_million: Some(0.5),
+        };
+        assert!((bucket_cost(&bucket, &with_hit) - (0.6 * 2.0 + 0.4 * 0.5 + 8.0)).abs() < 1e-12);
+        let without = Price {
+            input_cache_hit_per_million: None,
+            ..with_hit
+        };
+        assert!((bucket_cost(&bucket, &without) - (2.0 + 8.0)).abs() < 1e-12);
+    }
+
+    #[test]
+    fn only_success_and_error_count_and_by_model_sums_to_the_total() {
+        let runs = vec![
+            run(
+                RunStatus::Success,
+                "gpt",
+                &[("gpt", 800, 200, Some(100)), ("claude", 150, 50, None)],
+            ),
+            run(RunStatus::Error, "gpt", &[("gpt", 10, 10, None)]),
+            run(RunStatus::Interrupted, "gpt", &[("gpt", 999, 999, None)]),
+            run(RunStatus::Timeout, "gpt", &[("gpt", 999, 999, None)]),
+            run(RunStatus::Running, "gpt", &[("gpt", 5, 5, None)]),
+        ];
+        let models = [
+            facts("gpt", Some((2.0, 8.0, Some(0.5), "usd"))),
+            facts("claude", Some((3.0, 15.0, None, "USD"))),
+        ];
+        let body = summarise("t", &runs, false, &models);
+        assert_eq!(body["total_runs"], 2);
+        assert_eq!(body["total_tokens"], 1220);
+        let sum: i64 = body["by_model"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|m| m["tokens"].as_i64().unwrap())
+            .sum();
+        assert_eq!(sum, 1220);
+        assert_eq!(body["by_model"]["gpt"], json!({"tokens": 1020, "runs": 2}));
+        assert_eq!(summarise("t", &runs, true, &models)["total_runs"], 3);
+        assert_eq!(
+            body["cost"]["currency"], "USD",
+            "currencies are compared upper-cased"
+        );
+        let gpt = (700.0 * 2.0 + 100.0 * 0.5 + 200.0 * 8.0 + 10.0 * 2.0 + 10.0 * 8.0) / 1e6;
+        assert_eq!(body["cost"]["by_model"]["gpt"], json!(round6(gpt)));
+    }
+
+    #[test]
+    fn cost_is_null_when_unpriced_or_mixed_and_legacy_runs_fall_back() {
+        let unpriced = [facts("gpt", None)];
+        let runs = vec![run(RunStatus::Success, "gpt", &[("gpt", 10, 10, None)])];
+        assert_eq!(summarise("t", &runs, false, &unpriced)["cost"], Value::Null);
+        let mixed = [
+            facts("gpt", Some((1.0, 1.0, None, "USD"))),
+            facts("claude", Some((1.0, 1.0, None, "EUR"))),
+        ];
+        let both = vec![run(
+            RunStatus::Success,
+            "gpt",
+            &[("gpt", 10, 10, None), ("claude", 10, 10, None)],
+        )];
+        assert_eq!(summarise("t", &both, false, &mixed)["cost"], Value::Null);
+        let mut legacy = run(RunStatus::Success, "GPT-model", &[]);
+        legacy.usage.total_input_tokens = 1_000_000;
+        legacy.usage.total_tokens = 1_000_000;
+        let priced = [facts("gpt", Some((2.0, 8.0, Some(0.5), "USD")))];
+        let body = summarise("t", &[legacy], false, &priced);
+        assert_eq!(
+            body["by_model"]["GPT-model"],
+            json!({"tokens": 1_000_000, "runs": 1})
+        );
+        assert_eq!(body["cost"]["by_model"]["GPT-model"], json!(2.0));
+    }
+
+    #[test]
+    fn context_usage_counts_characters_over_four_plus_three_per_message() {
+        let messages = vec![Message::human("abcdefgh"), Message::human("abc")];
+        assert_eq!(
+            context_usage(&messages, Some(1000)),
+            json!({"token_count": 2 + 3 + 1 + 3, "max_context_tokens": 1000, "percentage": 0.9})
+        );
+        assert_eq!(context_usage(&messages, None)["percentage"], Value::Null);
+    }
+
+    proptest! {
+        #[test]
+        fn bucket_costs_are_never_negative_and_cache_hits_never_cost_more(input in 0i64..10_000_000, output in 0i64..10_000_000, cached in -100i64..20_000_000, hit in 0.0f64..5.0) {
+            let price = Price { currency: "USD".into(), input_per_million: 5.0, output_per_million: 10.0, input_cache_hit_per_million: Some(hit) };
+            let bucket = ModelUsage { input_tokens: input, output_tokens: output, total_tokens: input + output, cache_read_tokens: Some(cached) };
+            let uncached = ModelUsage { cache_read_tokens: None, ..bucket };
+            let with_cache = bucket_cost(&bucket, &price);
+            prop_assert!(with_cache >= 0.0);
+            prop_assert!(with_cache <= bucket_cost(&uncached, &price) + 1e-9);
+        }
+
+        #[test]
+        fn the_cost_total_is_the_sum_of_its_models(a in 0i64..5_000_000, b in 0i64..5_000_000, c in 0i64..5_000_000) {
+            let runs = vec![run(RunStatus::Success, "gpt", &[("gpt", a, b, None), ("claude", c, a, Some(c / 2))])];
+            let models = [facts("gpt", Some((2.0, 8.0, None, "USD"))), facts("claude", Some((3.0, 15.0, Some(0.3), "USD")))];
+            let cost = summarise("t", &runs, false, &models)["cost"].clone();
+            if cost.is_null() { return Ok(()); }
+            let sum: f64 = cost["by_model"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
+            prop_assert!((sum - cost["total"].as_f64().unwrap()).abs() < 1e-5);
+        }
+    }
+}
