@@ -105,6 +105,13 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(routes::health))
         .route("/api/models", get(routes::models))
+        .route("/api/features", get(routes::features))
+        .route("/api/assistants/lead_agent", get(routes::get_assistant))
+        .route("/api/assistants/search", post(routes::search_assistants))
+        .route(
+            "/api/threads/{thread_id}/runs/{run_id}/join",
+            get(routes::runs::join),
+        )
         .route("/api/threads", post(routes::threads::create))
         .route("/api/threads/search", post(routes::threads::search))
         .route(

@@ -29,6 +29,28 @@ pub async fn models(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"models": state.models, "token_usage": {"enabled": state.token_usage_enabled}}))
 }
 
+/// The one assistant (SPEC §2.1).
+fn assistant() -> Value {
+    json!({"assistant_id": "lead_agent", "graph_id": "lead_agent", "name": "lead_agent", "config": {}, "metadata": {}})
+}
+
+/// `GET /api/assistants/lead_agent`.
+pub async fn get_assistant() -> Json<Value> {
+    Json(assistant())
+}
+
+/// `POST /api/assistants/search`.
+pub async fn search_assistants() -> Json<Value> {
+    Json(json!([assistant()]))
+}
+
+/// `GET /api/features` (SPEC §12.11); durable batches are not part of this build.
+pub async fn features() -> Json<Value> {
+    Json(
+        json!({"subagent_batches": {"enabled": false, "repository_available": true, "worker_running": false, "max_running": 0}}),
+    )
+}
+
 /// Unknown paths.
 pub async fn not_found() -> ApiError {
     ApiError::NotFound("Not Found".to_owned())

@@ -621,3 +621,24 @@ pub async fn cancel(
     }
     Ok(axum::http::StatusCode::ACCEPTED)
 }
+
+/// `GET …/runs/{run_id}/join`: waits for a run executing here, then returns the final values.
+pub async fn join(
+    State(state): State<AppState>,
+    Path((thread_id, run_id)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    checked_thread_id(&thread_id)?;
+    if state.store.get_run(&thread_id, &run_id).await?.is_none() {
+        return Err(ApiError::NotFound(format!("Run {run_id} not found")));
+    }
+    if let Some(active) = state.active.get(&run_id) {
+        let mut done = active.done.clone();
+        let _ = done.wait_for(|ended| *ended).await;
+    }
+    let values = state
+        .store
+        .latest_checkpoint(&thread_id)
+        .await?
+        .map_or_else(|| json!({"messages": []}), |c| c.values);
+    Ok(Json(values))
+}

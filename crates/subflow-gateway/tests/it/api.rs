@@ -264,6 +264,27 @@ async fn every_response_carries_exactly_one_trace_id_following_the_precedence_ru
     assert_eq!(models["models"][0]["name"], "scripted");
     let (_, _, health) = app.get_json("/health").await;
     assert_eq!(health, json!({"status": "ok"}));
+    let (_, _, assistant) = app.get_json("/api/assistants/lead_agent").await;
+    assert_eq!(
+        (
+            assistant["assistant_id"].as_str(),
+            assistant["graph_id"].as_str()
+        ),
+        (Some("lead_agent"), Some("lead_agent"))
+    );
+    let found: Value = app
+        .client
+        .post(app.url("/api/assistants/search"))
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(found[0]["assistant_id"], "lead_agent");
+    let (_, _, features) = app.get_json("/api/features").await;
+    assert_eq!(features["subagent_batches"]["worker_running"], false);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -74,7 +74,7 @@ fn unknown_commands_and_bad_bench_sizes_exit_with_code_2() {
 }
 
 /// Starts `subflow serve` on a free port; returns the child and its address once it listens.
-fn start_serve(
+pub fn start_serve(
     dir: &std::path::Path,
     args: &[&str],
 ) -> (

@@ -1,0 +1,36 @@
+"""Drives subflow with the official langgraph-sdk client and prints what it saw as JSON."""
+import asyncio
+import json
+import sys
+
+from langgraph_sdk import get_client
+
+
+async def main(url: str) -> None:
+    client = get_client(url=url)
+    thread = await client.threads.create()
+    thread_id = thread["thread_id"]
+    frames: dict[str, int] = {}
+    task_events: list[dict] = []
+    async for part in client.runs.stream(
+        thread_id,
+        "lead_agent",
+        input={"messages": [{"role": "user", "content": "Compare two message brokers"}]},
+        stream_mode=["values", "custom"],
+    ):
+        frames[part.event] = frames.get(part.event, 0) + 1
+        if part.event == "custom":
+            task_events.append(part.data)
+    state = await client.threads.get_state(thread_id)
+    runs = await client.runs.list(thread_id)
+    joined = await client.runs.join(thread_id, runs[0]["run_id"])
+    print(json.dumps({
+        "frames": frames,
+        "task_events": task_events,
+        "state_messages": state["values"]["messages"],
+        "run_status": runs[0]["status"],
+        "joined_messages": len(joined["messages"]),
+    }))
+
+
+asyncio.run(main(sys.argv[1]))
