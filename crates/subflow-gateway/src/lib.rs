@@ -7,6 +7,7 @@
 //! traits; the caller binds the listener and decides what stops the server.
 
 mod error;
+mod origin;
 mod routes;
 mod sse;
 mod trace;
@@ -59,6 +60,8 @@ pub struct AppState {
     pub heartbeat: Duration,
     /// Runs executing in this process, for cancel.
     pub active: ActiveRuns,
+    /// `server.cors_origins`: origins besides the gateway's own that may change state.
+    pub cors_origins: Vec<String>,
 }
 
 /// The runs executing in this process: their cancel tokens and a signal when they end.
@@ -153,6 +156,10 @@ pub fn router(state: AppState) -> Router {
         )
         .fallback(routes::not_found)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            origin::refuse_cross_origin,
+        ))
         .layer(axum::middleware::from_fn(trace::trace_id))
         .with_state(state)
 }

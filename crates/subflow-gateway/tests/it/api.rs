@@ -329,3 +329,48 @@ async fn token_usage_sums_the_demo_run_by_caller_and_model_with_cost_and_context
         (Some(0), Value::Null)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_origin_writes_are_refused_in_local_mode() {
+    let app = spawn_app().await;
+    let body = json!({"thread_id": "t-origin"});
+    let foreign = app
+        .client
+        .post(app.url("/api/threads"))
+        .header("origin", "http://evil.example")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    assert_eq!(foreign.headers().get_all("x-trace-id").iter().count(), 1);
+    let detail: Value = foreign.json().await.unwrap();
+    assert_eq!(detail["detail"], "Cross-origin request refused");
+    let listed = app
+        .client
+        .post(app.url("/api/threads"))
+        .header("origin", "http://ui.example")
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200, "configured origins may write");
+    let own_origin = app.base.clone();
+    let own = app
+        .client
+        .post(app.url("/api/threads/search"))
+        .header("origin", own_origin)
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(own.status(), 200, "the gateway's own origin may write");
+    let read = app
+        .client
+        .get(app.url("/api/threads/t-origin"))
+        .header("origin", "http://evil.example")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), 200, "reads are not state-changing");
+}

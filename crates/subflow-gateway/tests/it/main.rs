@@ -92,6 +92,7 @@ pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
         }],
         run_timeout: Duration::from_secs(600),
         heartbeat,
+        cors_origins: vec!["http://ui.example".into()],
         active: Default::default(),
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

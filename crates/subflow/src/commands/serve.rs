@@ -129,6 +129,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         run_timeout: Duration::from_secs(config.runs.timeout_seconds),
         heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
         active: Default::default(),
+        cors_origins: config.server.cors_origins.clone(),
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
