@@ -256,3 +256,33 @@ async fn threads_are_searched_read_as_state_and_history_and_deleted() {
         .unwrap();
     assert_eq!(again.status(), 404);
 }
+
+/// Polls the run until it leaves `pending`/`running` (bounded).
+async fn final_status(app: &crate::TestApp, thread: &str, run_id: &str) -> String {
+    for _ in 0..200 {
+        let (_, _, run) = app
+            .get_json(&format!("/api/threads/{thread}/runs/{run_id}"))
+            .await;
+        let status = run["status"].as_str().unwrap().to_owned();
+        if status != "running" && status != "pending" {
+            return status;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("run {run_id} did not finish");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_the_client_cancels_the_run_unless_it_asked_to_continue() {
+    let app = spawn_app_with(40, Duration::from_secs(15)).await;
+    let body = |mode: &str| json!({"input": {"messages": [{"role": "user", "content": "Write a long plan"}]}, "stream_mode": ["custom"], "on_disconnect": mode});
+    let (cancelled_run, response, _) = start_streaming(&app, "t-dc1", body("cancel")).await;
+    drop(response);
+    assert_eq!(
+        final_status(&app, "t-dc1", &cancelled_run).await,
+        "interrupted"
+    );
+    let (continued_run, response, _) = start_streaming(&app, "t-dc2", body("continue")).await;
+    drop(response);
+    assert_eq!(final_status(&app, "t-dc2", &continued_run).await, "success");
+}
