@@ -158,6 +158,12 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
             ));
         }
     };
+    // An empty list asks for nothing in particular: the default applies.
+    let modes = if modes.is_empty() {
+        vec!["values".to_owned()]
+    } else {
+        modes
+    };
     let unknown: Vec<&str> = modes
         .iter()
         .map(String::as_str)
@@ -641,4 +647,108 @@ pub async fn join(
         .await?
         .map_or_else(|| json!({"messages": []}), |c| c.values);
     Ok(Json(values))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FIELDS: [&str; 22] = [
+        "assistant_id",
+        "input",
+        "stream_mode",
+        "config",
+        "context",
+        "metadata",
+        "on_disconnect",
+        "multitask_strategy",
+        "if_not_exists",
+        "stream_subgraphs",
+        "stream_resumable",
+        "webhook",
+        "after_seconds",
+        "feedback_keys",
+        "interrupt_before",
+        "interrupt_after",
+        "checkpoint",
+        "checkpoint_id",
+        "command",
+        "messages",
+        "surprise",
+        "__proto__",
+    ];
+
+    fn json_value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z/\\- ]{0,12}".prop_map(Value::from),
+            prop::sample::select(vec![
+                "values",
+                "custom",
+                "messages-tuple",
+                "debug",
+                "cancel",
+                "continue",
+                "reject",
+                "rollback",
+                "lead_agent",
+                "user",
+                "human"
+            ])
+            .prop_map(Value::from),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(vec![
+                        "messages",
+                        "role",
+                        "content",
+                        "type",
+                        "metadata",
+                        "configurable",
+                        "model_name"
+                    ]),
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(
+                    m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()
+                )),
+            ]
+        })
+    }
+
+    fn run_body() -> impl Strategy<Value = Value> {
+        prop::collection::btree_map(prop::sample::select(FIELDS.to_vec()), json_value(), 0..6)
+            .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()))
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Whatever a client sends, the parser accepts it or answers 422 with a reason; it never panics.
+        #[test]
+        fn any_run_request_is_accepted_or_a_422(body in run_body()) {
+            let bytes: Result<Bytes, BytesRejection> = Ok(Bytes::from(body.to_string()));
+            match parse_body::<RunRequest>(&bytes).and_then(accept) {
+                Ok(accepted) => prop_assert!(!accepted.modes.is_empty()),
+                Err(ApiError::Unprocessable(detail)) => prop_assert!(!detail.is_empty()),
+                Err(other) => prop_assert!(false, "unexpected {other:?}"),
+            }
+        }
+
+        /// Arbitrary bytes never panic the parser either.
+        #[test]
+        fn arbitrary_bytes_are_a_422(raw in prop::collection::vec(any::<u8>(), 0..64)) {
+            let bytes: Result<Bytes, BytesRejection> = Ok(Bytes::from(raw));
+            if let Err(error) = parse_body::<RunRequest>(&bytes).and_then(accept) {
+                prop_assert!(matches!(error, ApiError::Unprocessable(_)));
+            }
+        }
+    }
 }
