@@ -5,6 +5,7 @@ use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
+use tracing::Instrument;
 
 /// The header.
 pub const TRACE_HEADER: HeaderName = HeaderName::from_static("x-trace-id");
@@ -77,7 +78,9 @@ pub async fn trace_id(mut request: Request, next: Next) -> Response {
         },
     };
     request.extensions_mut().insert(trace.clone());
-    let mut response = next.run(request).await;
+    // Log lines written while handling the request carry its trace id (SPEC §8.4).
+    let span = tracing::info_span!("request", trace_id = %trace.id);
+    let mut response = next.run(request).instrument(span).await;
     let trace = response
         .extensions()
         .get::<RequestTrace>()

@@ -12,6 +12,7 @@ use subflow_contracts::task_result::{TaskOutcome, task_tool_message, unknown_sub
 use subflow_contracts::{SubagentStatus, SubagentStopReason};
 use subflow_models::{ChatModel, ChatRequest, assemble};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use uuid::Uuid;
 
 use crate::guarded::{GuardStop, Guards};
@@ -399,10 +400,14 @@ async fn supervise(
                 guards: Guards::new(&config.loop_detection, &config.token_budget, Some(&kind)),
                 run: run.clone(),
             };
-            Some(tokio::spawn(async move {
-                let _slot = permit;
-                execution.run().await;
-            }))
+            // The execution logs inside the run's span, so its lines carry the trace id.
+            Some(tokio::spawn(
+                async move {
+                    let _slot = permit;
+                    execution.run().await;
+                }
+                .in_current_span(),
+            ))
         }
     };
 

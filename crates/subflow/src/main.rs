@@ -3,6 +3,7 @@
 
 mod commands;
 mod config;
+mod logging;
 mod storage;
 
 use std::process::ExitCode;
@@ -50,13 +51,10 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SUBFLOW_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
+    // `serve` configures logging from its configuration file once it has read it.
+    if !matches!(cli.command, Command::Serve(_)) {
+        logging::init("info", logging::LineFormat::Plain);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -17,6 +17,7 @@ use subflow_runtime::run::{RunResult, RunSpec};
 use subflow_store::{NewRun, NewThread, RunRecord};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::threads::not_found;
 use super::{checked_thread_id, parse_body};
@@ -349,12 +350,16 @@ async fn start(
         },
     );
     let (active, run_key) = (state.active.clone(), run.run_id.clone());
-    let outcome = tokio::spawn(async move {
-        let result = runtime.run(spec, sink).await;
-        active.remove(&run_key);
-        let _ = done_tx.send(true);
-        result
-    });
+    let span = tracing::info_span!("run", trace_id = %trace.id, run_id = %run_key);
+    let outcome = tokio::spawn(
+        async move {
+            let result = runtime.run(spec, sink).await;
+            active.remove(&run_key);
+            let _ = done_tx.send(true);
+            result
+        }
+        .instrument(span),
+    );
     Ok(Started {
         run,
         trace,

@@ -99,6 +99,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let built = args.config.load_and_build(&overrides)?;
     let config = built.config;
+    crate::logging::init(
+        &config.logging.level,
+        crate::logging::LineFormat::of(&config.logging),
+    );
     let url = config.database.url.clone();
     let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
     let store = backend.store();

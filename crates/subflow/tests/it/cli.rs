@@ -82,11 +82,26 @@ pub fn start_serve(
     String,
     std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
 ) {
+    start_serve_with_env(dir, args, &[])
+}
+
+/// [`start_serve`] with extra environment variables.
+pub fn start_serve_with_env(
+    dir: &std::path::Path,
+    args: &[&str],
+    envs: &[(&str, &str)],
+) -> (
+    std::process::Child,
+    String,
+    std::io::Lines<std::io::BufReader<std::process::ChildStderr>>,
+) {
     use std::io::BufRead;
     let mut child = Command::new(env!("CARGO_BIN_EXE_subflow"))
         .arg("serve")
         .args(["--listen", "127.0.0.1:0"])
         .args(args)
+        .envs(envs.iter().copied())
+        .env_remove("SUBFLOW_LOG")
         .current_dir(dir)
         .env_remove("SUBFLOW_CONFIG")
         .stderr(std::process::Stdio::piped())
@@ -183,4 +198,80 @@ fn serve_refuses_a_bad_configuration_with_exit_code_2() {
         "{}",
         stderr(&output)
     );
+}
+
+/// A raw HTTP/1.1 POST of JSON over loopback, read to the end.
+fn http_post(address: &str, path: &str, trace_id: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(address).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {address}\r\nX-Trace-Id: {trace_id}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
+/// Runs one delegated task through `serve` with the given logging settings; returns stderr.
+fn serve_log_lines(enhanced: Option<&str>) -> Vec<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut envs = vec![];
+    if let Some(format) = enhanced {
+        envs.push(("SUBFLOW__LOGGING__ENHANCE__ENABLED", "true"));
+        envs.push(("SUBFLOW__LOGGING__ENHANCE__FORMAT", format));
+    }
+    let (mut child, address, lines) = start_serve_with_env(dir.path(), &[], &envs);
+    let body = r#"{"input": {"messages": [{"role": "user", "content": "/task general-purpose Check the logs"}]}, "stream_mode": ["custom"]}"#;
+    let response = http_post(
+        &address,
+        "/api/threads/t-log/runs/stream",
+        "trace-abc",
+        body,
+    );
+    assert!(response.contains("event: end"), "{response}");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    lines.map_while(Result::ok).collect()
+}
+
+#[test]
+fn log_lines_follow_the_configured_format_with_the_request_trace_id_only_when_enhanced() {
+    let plain = serve_log_lines(None);
+    let task_line = plain
+        .iter()
+        .find(|l| l.contains(" - subflow_runtime::subagent - INFO - [trace="))
+        .unwrap_or_else(|| panic!("a task line in {plain:#?}"));
+    assert!(!task_line.contains("trace_id="), "{task_line}");
+    assert_eq!(&task_line[4..5], "-", "{task_line}");
+
+    let text = serve_log_lines(Some("text"));
+    let task_line = text
+        .iter()
+        .find(|l| l.contains("subflow_runtime::subagent"))
+        .unwrap_or_else(|| panic!("a task line in {text:#?}"));
+    assert!(
+        task_line.contains(" - INFO - [trace_id=trace-abc] - [trace="),
+        "{task_line}"
+    );
+
+    let json = serve_log_lines(Some("json"));
+    let records: Vec<serde_json::Value> = json
+        .iter()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let task = records
+        .iter()
+        .find(|r| r["logger"] == "subflow_runtime::subagent")
+        .unwrap_or_else(|| panic!("a task record in {json:#?}"));
+    assert_eq!(task["trace_id"], "trace-abc");
+    assert_eq!(task["level"], "INFO");
+    assert!(task["message"].as_str().unwrap().starts_with("[trace="));
+    assert!(task["timestamp"].is_string());
 }
