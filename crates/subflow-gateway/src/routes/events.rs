@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
-use serde_json::Value;
+use subflow_contracts::RunEvent;
 use subflow_store::{EventQuery, MAX_PAGE_LIMIT};
 
 use super::checked_thread_id;
@@ -31,7 +31,7 @@ pub async fn list(
     State(state): State<AppState>,
     Path((thread_id, run_id)): Path<(String, String)>,
     Query(params): Query<EventParams>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<RunEvent>>, ApiError> {
     checked_thread_id(&thread_id)?;
     let limit = integer("limit", params.limit.as_deref())?.unwrap_or(500);
     if !(1..=i64::from(MAX_PAGE_LIMIT)).contains(&limit) {
@@ -58,14 +58,9 @@ pub async fn list(
         after_seq,
         limit: limit as u32,
     };
-    let events = state.store.list_events(&query).await?;
-    Ok(Json(
-        events
-            .into_iter()
-            .map(|mut event| {
-                event.metadata.remove("auth_token");
-                serde_json::to_value(event).expect("records serialise")
-            })
-            .collect(),
-    ))
+    let mut events = state.store.list_events(&query).await?;
+    for event in &mut events {
+        event.metadata.remove("auth_token");
+    }
+    Ok(Json(events))
 }

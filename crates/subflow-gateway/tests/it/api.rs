@@ -374,3 +374,24 @@ async fn cross_origin_writes_are_refused_in_local_mode() {
         .unwrap();
     assert_eq!(read.status(), 200, "reads are not state-changing");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auth_tokens_in_event_metadata_never_leave_the_server() {
+    let app = spawn_app().await;
+    let metadata = serde_json::Map::from_iter([
+        ("auth_token".to_owned(), json!("secret")),
+        ("caller".to_owned(), json!("lead_agent")),
+    ]);
+    let event = subflow_contracts::NewEvent::new(
+        "t-secret",
+        "r1",
+        "run.start",
+        "trace",
+        json!({"chain": "lead_agent"}),
+        metadata,
+    );
+    app.store.append(&[event]).await.unwrap();
+    let (status, _, events) = app.get_json("/api/threads/t-secret/runs/r1/events").await;
+    assert_eq!(status, 200);
+    assert_eq!(events[0]["metadata"], json!({"caller": "lead_agent"}));
+}

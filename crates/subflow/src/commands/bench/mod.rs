@@ -1,6 +1,7 @@
 //! `subflow bench`: speed measurements that print ratios against a baseline measured in
 //! the same run. Run them on a release build.
 
+mod gateway;
 mod runtime;
 mod store;
 
@@ -15,6 +16,8 @@ pub enum Bench {
     /// Observability overhead per subagent step: a delegation run with events persisted
     /// to SQLite against the same run on the in-memory store.
     Runtime(runtime::RuntimeArgs),
+    /// The gateway's read paths over HTTP against the store, and the idle memory of `serve`.
+    Gateway(gateway::GatewayArgs),
 }
 
 /// Runs a benchmark.
@@ -22,6 +25,7 @@ pub async fn run(bench: Bench) -> anyhow::Result<()> {
     match bench {
         Bench::Store(args) => store::run(args).await,
         Bench::Runtime(args) => runtime::run(args).await,
+        Bench::Gateway(args) => gateway::run(args).await,
     }
 }
 

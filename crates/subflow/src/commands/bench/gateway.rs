@@ -1,0 +1,234 @@
+//! `subflow bench gateway`: the gateway's read paths over real HTTP on loopback against
+//! the same reads straight from the store, and the idle memory of `subflow serve`.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use serde_json::json;
+use subflow_contracts::{NewEvent, RunStatus};
+use subflow_gateway::{AppState, ModelListing};
+use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
+use subflow_runtime::admission::{Admission, AdmissionConfig};
+use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
+use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
+use subflow_store::spill::SpillFile;
+use subflow_store::{EventQuery, ModelUsage, NewRun, RunStatusUpdate, RunUsage, Store};
+use subflow_store_sqlite::SqliteStore;
+
+/// Arguments of `subflow bench gateway`.
+#[derive(Debug, clap::Args)]
+pub struct GatewayArgs {
+    /// Requests timed per measurement.
+    #[arg(long, default_value_t = 50)]
+    requests: usize,
+}
+
+fn p50(mut samples: Vec<Duration>) -> f64 {
+    samples.sort();
+    samples[samples.len() / 2].as_secs_f64() * 1000.0
+}
+
+/// Runs `subflow bench gateway`.
+pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url, 4).await?);
+    seed(&store).await?;
+    let model: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new(ScriptedConfig {
+        demo_delay_ms: 0,
+        ..ScriptedConfig::default()
+    })?);
+    let counters = Arc::new(StoreCounters::default());
+    let retry = RetryQueue::spawn(
+        store.clone(),
+        Arc::new(SpillFile::in_dir(dir.path())),
+        RetryPolicy::default(),
+        counters.clone(),
+    );
+    let runtime = Runtime::new(
+        RuntimeConfig::with_defaults(dir.path().join("workspaces")),
+        store.clone(),
+        Models::new(vec![model]),
+        Admission::new(AdmissionConfig::default()),
+        retry,
+        counters,
+    );
+    let state = AppState {
+        runtime,
+        store: store.clone(),
+        models: vec![ModelListing {
+            name: "scripted".into(),
+            model: "scripted-1".into(),
+            display_name: None,
+            description: None,
+            supports_thinking: false,
+            supports_reasoning_effort: false,
+        }],
+        token_usage_enabled: true,
+        model_facts: Vec::new(),
+        run_timeout: Duration::from_secs(600),
+        heartbeat: Duration::from_secs(15),
+        active: Default::default(),
+        cors_origins: Vec::new(),
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    tokio::spawn(subflow_gateway::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    let client = reqwest::Client::builder().no_proxy().build()?;
+
+    let mut over_http = Vec::new();
+    let mut from_store = Vec::new();
+    let page = format!(
+        "{base}/api/threads/bench/runs/run-events/events?event_types=subagent.step&task_id=call_a&limit=500"
+    );
+    let mut query = EventQuery::run("bench", "run-events");
+    query.task_id = Some("call_a".into());
+    query.event_types = Some(vec!["subagent.step".into()]);
+    for _ in 0..args.requests {
+        let started = Instant::now();
+        let body = client.get(&page).send().await?.bytes().await?;
+        over_http.push(started.elapsed());
+        if body.len() < 1000 {
+            bail!("the events page came back short");
+        }
+        let started = Instant::now();
+        let rows = store.list_events(&query).await?;
+        from_store.push(started.elapsed());
+        if rows.len() != 500 {
+            bail!("the store returned {} rows", rows.len());
+        }
+    }
+    let mut usage = Vec::new();
+    for _ in 0..args.requests {
+        let started = Instant::now();
+        let body: serde_json::Value = client
+            .get(format!("{base}/api/threads/bench-usage/token-usage"))
+            .send()
+            .await?
+            .json()
+            .await?;
+        usage.push(started.elapsed());
+        if body["total_runs"] != 1000 {
+            bail!("token-usage counted {} runs", body["total_runs"]);
+        }
+    }
+    let idle = idle_serve_rss_mb(dir.path()).await?;
+    let (http, direct) = (p50(over_http), p50(from_store));
+    eprintln!(
+        "bench gateway: {} requests each; /events pages 500 of 10,000 steps; /token-usage sums 1,000 runs",
+        args.requests
+    );
+    println!(
+        "events_http_p50_ms={http:.3} events_store_p50_ms={direct:.3} ratio={:.2} token_usage_p50_ms={:.3} serve_idle_rss_mb={idle:.1}",
+        http / direct,
+        p50(usage)
+    );
+    Ok(())
+}
+
+/// 10,000 steps of one task among 20,000 in a run, and a thread of 1,000 finished runs.
+async fn seed(store: &Arc<dyn Store>) -> anyhow::Result<()> {
+    let mut batch = Vec::new();
+    for index in 1..=10_000u64 {
+        for task in ["call_a", "call_b"] {
+            let content = json!({"task_id": task, "message_index": index, "kind": "ai", "text": format!("Step {index} of the survey, with a few findings written to notes."), "truncated": false, "tool_calls": []});
+            let metadata = serde_json::Map::from_iter([
+                ("task_id".to_owned(), json!(task)),
+                ("message_index".to_owned(), json!(index)),
+            ]);
+            batch.push(NewEvent::new(
+                "bench",
+                "run-events",
+                "subagent.step",
+                "subagent",
+                content,
+                metadata,
+            ));
+        }
+        if batch.len() >= 2000 {
+            store.append(&batch).await?;
+            batch.clear();
+        }
+    }
+    store.append(&batch).await?;
+    for n in 0..1000 {
+        let run_id = format!("usage-{n:04}");
+        store
+            .create_run(NewRun {
+                run_id: run_id.clone(),
+                thread_id: "bench-usage".into(),
+                owner: "default".into(),
+                assistant_id: "lead_agent".into(),
+                model_name: Some("scripted".into()),
+                trace_id: None,
+                metadata: Default::default(),
+                multitask_strategy: "reject".into(),
+                kwargs: json!({}),
+            })
+            .await?;
+        let bucket = ModelUsage {
+            input_tokens: 900,
+            output_tokens: 100,
+            total_tokens: 1000,
+            cache_read_tokens: Some(300),
+        };
+        let usage = RunUsage {
+            total_input_tokens: 900,
+            total_output_tokens: 100,
+            total_tokens: 1000,
+            llm_call_count: 2,
+            lead_agent_tokens: 600,
+            subagent_tokens: 400,
+            token_usage_by_model: [("scripted".to_owned(), bucket)].into(),
+            ..RunUsage::default()
+        };
+        store.save_run_usage(&run_id, &usage).await?;
+        store
+            .update_run_status(
+                &run_id,
+                &RunStatusUpdate {
+                    status: RunStatus::Success,
+                    stop_reason: None,
+                    error: None,
+                },
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// Starts `subflow serve` on a free port, lets it settle, and reads its resident memory.
+async fn idle_serve_rss_mb(dir: &std::path::Path) -> anyhow::Result<f64> {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(std::env::current_exe()?)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .current_dir(dir)
+        .env("SUBFLOW_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .context("starting subflow serve")?;
+    let mut lines =
+        tokio::io::BufReader::new(child.stderr.take().context("serve's stderr")?).lines();
+    while let Some(line) = lines.next_line().await? {
+        if line.contains("listening on") {
+            break;
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let pid = child.id().context("serve's pid")?;
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).context("reading serve's memory")?;
+    child.kill().await.ok();
+    let kb = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .context("VmRSS in /proc")?;
+    Ok(kb / 1024.0)
+}
