@@ -41,6 +41,20 @@ pub struct ModelListing {
     pub supports_reasoning_effort: bool,
 }
 
+impl ModelListing {
+    /// A listing with just its names.
+    pub fn named(name: impl Into<String>, model: impl Into<String>) -> Self {
+        ModelListing {
+            name: name.into(),
+            model: model.into(),
+            display_name: None,
+            description: None,
+            supports_thinking: false,
+            supports_reasoning_effort: false,
+        }
+    }
+}
+
 /// Everything the routes share.
 #[derive(Debug, Clone)]
 pub struct AppState {
@@ -62,6 +76,24 @@ pub struct AppState {
     pub active: ActiveRuns,
     /// `server.cors_origins`: origins besides the gateway's own that may change state.
     pub cors_origins: Vec<String>,
+}
+
+impl AppState {
+    /// The state with the defaults of SPEC §1.2: token usage shown, no prices, a one-hour
+    /// run timeout, heartbeats every 15 s, no extra CORS origins.
+    pub fn new(runtime: Runtime, store: Arc<dyn Store>, models: Vec<ModelListing>) -> Self {
+        AppState {
+            runtime,
+            store,
+            models,
+            token_usage_enabled: true,
+            model_facts: Vec::new(),
+            run_timeout: Duration::from_secs(3600),
+            heartbeat: Duration::from_secs(15),
+            active: ActiveRuns::default(),
+            cors_origins: Vec::new(),
+        }
+    }
 }
 
 /// The runs executing in this process: their cancel tokens and a signal when they end.

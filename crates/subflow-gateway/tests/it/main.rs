@@ -68,17 +68,6 @@ pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
         counters,
     );
     let state = AppState {
-        runtime,
-        store: store.clone(),
-        models: vec![ModelListing {
-            name: "scripted".into(),
-            model: "scripted-1".into(),
-            display_name: Some("Scripted".into()),
-            description: None,
-            supports_thinking: false,
-            supports_reasoning_effort: false,
-        }],
-        token_usage_enabled: true,
         model_facts: vec![subflow_gateway::usage::ModelFacts {
             name: "scripted".into(),
             model: "scripted-1".into(),
@@ -93,7 +82,14 @@ pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
         run_timeout: Duration::from_secs(600),
         heartbeat,
         cors_origins: vec!["http://ui.example".into()],
-        active: Default::default(),
+        ..AppState::new(
+            runtime,
+            store.clone(),
+            vec![ModelListing {
+                display_name: Some("Scripted".into()),
+                ..ModelListing::named("scripted", "scripted-1")
+            }],
+        )
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

@@ -54,24 +54,11 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         retry,
         counters,
     );
-    let state = AppState {
+    let state = AppState::new(
         runtime,
-        store: store.clone(),
-        models: vec![ModelListing {
-            name: "scripted".into(),
-            model: "scripted-1".into(),
-            display_name: None,
-            description: None,
-            supports_thinking: false,
-            supports_reasoning_effort: false,
-        }],
-        token_usage_enabled: true,
-        model_facts: Vec::new(),
-        run_timeout: Duration::from_secs(600),
-        heartbeat: Duration::from_secs(15),
-        active: Default::default(),
-        cors_origins: Vec::new(),
-    };
+        store.clone(),
+        vec![ModelListing::named("scripted", "scripted-1")],
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(subflow_gateway::serve(
