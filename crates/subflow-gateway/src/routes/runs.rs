@@ -288,20 +288,30 @@ async fn start(
             Err(error) => return Err(error.into()),
         }
     }
-    let active = state
+    let mut active = state
         .store
-        .list_runs(thread_id, Some(RunStatus::Running), 1, 0)
-        .await?
-        .len()
-        + state
+        .list_runs(thread_id, Some(RunStatus::Running), 100, 0)
+        .await?;
+    active.extend(
+        state
             .store
-            .list_runs(thread_id, Some(RunStatus::Pending), 1, 0)
-            .await?
-            .len();
-    if active > 0 && accepted.multitask_strategy == "reject" {
-        return Err(ApiError::Conflict(format!(
-            "Thread {thread_id} already has an active run"
-        )));
+            .list_runs(thread_id, Some(RunStatus::Pending), 100, 0)
+            .await?,
+    );
+    if !active.is_empty() {
+        // SPEC §2.2: reject, or stop the active runs first (rollback also erases them).
+        let rollback = match accepted.multitask_strategy.as_str() {
+            "interrupt" => false,
+            "rollback" => true,
+            _ => {
+                return Err(ApiError::Conflict(format!(
+                    "Thread {thread_id} already has an active run"
+                )));
+            }
+        };
+        for run in &active {
+            stop_run(state, thread_id, &run.run_id, rollback).await;
+        }
     }
     // A client-supplied header or traceparent wins; then the body's deerflow_trace_id.
     let trace = match (&accepted.caller_trace, trace.from_client) {
@@ -600,30 +610,9 @@ pub async fn cancel(
     if state.store.get_run(&thread_id, &run_id).await?.is_none() {
         return Err(ApiError::NotFound(format!("Run {run_id} not found")));
     }
-    let active = state.active.get(&run_id);
-    if let Some(active) = &active {
-        active.cancel.cancel();
-    }
     let finish = {
         let state = state.clone();
-        async move {
-            if let Some(active) = active {
-                let mut done = active.done.clone();
-                let _ = done.wait_for(|ended| *ended).await;
-            }
-            if rollback {
-                if let Err(error) = state
-                    .store
-                    .delete_run_checkpoints(&thread_id, &run_id)
-                    .await
-                {
-                    tracing::error!(%error, "rollback: deleting checkpoints failed");
-                }
-                if let Err(error) = state.store.delete_run(&thread_id, &run_id).await {
-                    tracing::error!(%error, "rollback: deleting the run failed");
-                }
-            }
-        }
+        async move { stop_run(&state, &thread_id, &run_id, rollback).await }
     };
     if params.wait.unwrap_or(false) {
         finish.await;
@@ -631,6 +620,25 @@ pub async fn cancel(
         tokio::spawn(finish);
     }
     Ok(axum::http::StatusCode::ACCEPTED)
+}
+
+/// Cancels a run executing here and waits for it to end; `rollback` then deletes its
+/// checkpoints, events and record. Failures to delete are logged, never raised: the
+/// caller has already been answered or is about to start the next run.
+async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: bool) {
+    if let Some(active) = state.active.get(run_id) {
+        active.cancel.cancel();
+        let mut done = active.done.clone();
+        let _ = done.wait_for(|ended| *ended).await;
+    }
+    if rollback {
+        if let Err(error) = state.store.delete_run_checkpoints(thread_id, run_id).await {
+            tracing::error!(%error, run_id, "rollback: deleting checkpoints failed");
+        }
+        if let Err(error) = state.store.delete_run(thread_id, run_id).await {
+            tracing::error!(%error, run_id, "rollback: deleting the run failed");
+        }
+    }
 }
 
 /// `GET …/runs/{run_id}/join`: waits for a run executing here, then returns the final values.

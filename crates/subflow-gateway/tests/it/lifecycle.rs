@@ -286,3 +286,61 @@ async fn losing_the_client_cancels_the_run_unless_it_asked_to_continue() {
     drop(response);
     assert_eq!(final_status(&app, "t-dc2", &continued_run).await, "success");
 }
+
+/// `multitask_strategy`: `reject` is 409 while a run is active; `interrupt` stops it and
+/// keeps its record; `rollback` stops it and erases it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multitask_strategies_reject_interrupt_or_roll_back_the_active_run() {
+    let app = spawn_app_with(150, Duration::from_secs(15)).await;
+    let long = json!({"input": {"messages": [{"role": "user", "content": "Plan a long trip"}]}, "stream_mode": ["custom"], "on_disconnect": "continue"});
+    let (first, first_stream, _) = start_streaming(&app, "t-mt", long.clone()).await;
+
+    let rejected = app
+        .client
+        .post(app.url("/api/threads/t-mt/runs/wait"))
+        .json(&json!({"input": {"messages": [{"role": "user", "content": "/echo no"}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(rejected.status(), 409);
+    let detail: Value = rejected.json().await.unwrap();
+    assert!(detail["detail"].as_str().unwrap().contains("active run"));
+
+    let (second, second_stream, _) = start_streaming(
+        &app,
+        "t-mt",
+        json!({"input": {"messages": [{"role": "user", "content": "Plan a long trip"}]}, "stream_mode": ["custom"], "on_disconnect": "continue", "multitask_strategy": "interrupt"}),
+    )
+    .await;
+    drop(first_stream);
+    let (_, _, run) = app
+        .get_json(&format!("/api/threads/t-mt/runs/{first}"))
+        .await;
+    assert_eq!(run["status"], "interrupted", "interrupt keeps the old run");
+
+    let waited = app
+        .client
+        .post(app.url("/api/threads/t-mt/runs/wait"))
+        .json(&json!({"input": {"messages": [{"role": "user", "content": "/echo after"}]}, "multitask_strategy": "rollback"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(waited.status(), 200);
+    drop(second_stream);
+    let (status, _, _) = app
+        .get_json(&format!("/api/threads/t-mt/runs/{second}"))
+        .await;
+    assert_eq!(status, 404, "rollback erased the run it stopped");
+    let (_, _, events) = app
+        .get_json(&format!("/api/threads/t-mt/runs/{second}/events"))
+        .await;
+    assert_eq!(events, json!([]));
+    let (_, _, runs) = app.get_json("/api/threads/t-mt/runs?limit=10").await;
+    let statuses: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["status"].as_str().unwrap())
+        .collect();
+    assert_eq!(statuses, ["success", "interrupted"]);
+}
