@@ -6,7 +6,11 @@
 //! reaches runs through `subflow-runtime` and storage through the `subflow-store`
 //! traits; the caller binds the listener and decides what stops the server.
 
+// The OpenAPI document is one large `json!` literal.
+#![recursion_limit = "256"]
+
 mod error;
+mod openapi;
 mod origin;
 mod routes;
 mod sse;
@@ -141,6 +145,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(routes::health))
         .route("/api/models", get(routes::models))
         .route("/api/features", get(routes::features))
+        .route("/api/openapi.json", get(openapi::get))
         .route("/api/assistants/lead_agent", get(routes::get_assistant))
         .route("/api/assistants/search", post(routes::search_assistants))
         .route(
@@ -177,7 +182,10 @@ pub fn router(state: AppState) -> Router {
             "/api/threads/{thread_id}/runs/wait",
             post(routes::runs::wait),
         )
-        .route("/api/threads/{thread_id}/runs", get(routes::runs::list))
+        .route(
+            "/api/threads/{thread_id}/runs",
+            get(routes::runs::list).post(routes::runs::create),
+        )
         .route(
             "/api/threads/{thread_id}/runs/{run_id}",
             get(routes::runs::get),

@@ -503,6 +503,21 @@ impl FrameWriter {
     }
 }
 
+/// `POST …/runs`: starts a run in the background and answers with its `pending` record.
+/// Nobody is attached, so no disconnect cancels it; its frames are kept for rejoins.
+pub async fn create(
+    State(state): State<AppState>,
+    Path(thread_id): Path<String>,
+    Extension(trace): Extension<RequestTrace>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let Started {
+        run, trace, output, ..
+    } = start(&state, &thread_id, trace, &body).await?;
+    drop(output);
+    Ok(with_trace(Json(run_json(&run)).into_response(), trace))
+}
+
 /// `POST …/runs/wait`: the final state values.
 pub async fn wait(
     State(state): State<AppState>,

@@ -395,3 +395,53 @@ async fn auth_tokens_in_event_metadata_never_leave_the_server() {
     assert_eq!(status, 200);
     assert_eq!(events[0]["metadata"], json!({"caller": "lead_agent"}));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_background_run_starts_pending_and_join_returns_its_final_state() {
+    let app = spawn_app().await;
+    let response = app
+        .client
+        .post(app.url("/api/threads/t-bg/runs"))
+        .json(&json!({"input": {"messages": [{"role": "user", "content": "/echo later"}]}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let run: Value = response.json().await.unwrap();
+    assert_eq!(run["status"], "pending");
+    assert_eq!(run["thread_id"], "t-bg");
+    let run_id = run["run_id"].as_str().unwrap();
+    let (status, _, values) = app
+        .get_json(&format!("/api/threads/t-bg/runs/{run_id}/join"))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        values["messages"].as_array().unwrap().last().unwrap()["content"],
+        "echo: later"
+    );
+    let (_, _, run) = app
+        .get_json(&format!("/api/threads/t-bg/runs/{run_id}"))
+        .await;
+    assert_eq!(run["status"], "success");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_the_runs_api() {
+    let app = spawn_app().await;
+    let (status, headers, document) = app.get_json("/api/openapi.json").await;
+    assert_eq!(status, 200);
+    assert_eq!(trace_ids(&headers).len(), 1);
+    assert_eq!(document["openapi"], "3.1.0");
+    let stream = &document["paths"]["/api/threads/{thread_id}/runs/stream"]["post"];
+    assert_eq!(stream["x-subflow-permission"], "runs:write");
+    assert_eq!(
+        stream["requestBody"]["content"]["application/json"]["schema"]["$ref"],
+        "#/components/schemas/RunRequest"
+    );
+    let modes = &document["components"]["schemas"]["StreamMode"]["enum"];
+    assert_eq!(
+        modes,
+        &json!(["values", "messages-tuple", "updates", "custom"])
+    );
+    assert_eq!(document["paths"]["/health"]["get"]["security"], json!([]));
+}
