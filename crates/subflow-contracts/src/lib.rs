@@ -7,6 +7,7 @@
 #[macro_use]
 mod macros;
 
+pub mod auth;
 pub mod events;
 pub mod ids;
 pub mod messages;
@@ -15,6 +16,7 @@ pub mod task_events;
 pub mod task_result;
 pub mod text;
 
+pub use auth::{Permission, Permissions};
 pub use events::{EventCategory, EventType, MiddlewareTag, NewEvent, RunEvent};
 pub use ids::{InvalidThreadId, ThreadId};
 pub use status::{

@@ -9,6 +9,7 @@
 //! configuration or environment, and must return the same results as the SQLite
 //! backend for the same history (JSON is stored as text for that reason).
 
+mod auth;
 mod checkpoints;
 mod events;
 mod records;

@@ -34,10 +34,13 @@ use tokio::sync::Semaphore;
 use tokio::task::{block_in_place, spawn_blocking};
 use uuid::Uuid;
 
+mod auth;
+
 /// The embedded migrations, in order. `PRAGMA user_version` holds how many are applied.
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_checkpoints.sql"),
+    include_str!("../migrations/0003_auth.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.

@@ -76,3 +76,9 @@ pub fn new_run_record(run: NewRun, now: String) -> RunRecord {
         updated_at: now,
     }
 }
+
+/// Parses a token's permissions column, the comma-separated list
+/// [`subflow_contracts::Permissions`] prints.
+pub fn permissions(what: &'static str, text: &str) -> Result<subflow_contracts::Permissions> {
+    subflow_contracts::Permissions::parse_list(text).map_err(|e| corrupt(what, e))
+}

@@ -18,6 +18,8 @@ use subflow_contracts::{
 };
 use uuid::Uuid;
 
+pub mod auth;
+
 use crate::{
     Checkpoint, Error, EventQuery, EventStore, ModelUsage, NewCheckpoint, NewRun, NewThread,
     RunStatusUpdate, RunUsage, Store, ThreadSearch,
@@ -79,6 +81,7 @@ macro_rules! conformance_tests {
             deleting_a_thread_removes_its_checkpoints,
             identical_checkpoint_histories_give_identical_results,
         );
+        $crate::auth_conformance_tests!($factory);
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {
         $(

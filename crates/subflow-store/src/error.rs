@@ -34,6 +34,20 @@ pub enum Error {
     /// A run id that already exists.
     #[error("Run {0} already exists")]
     RunExists(String),
+    /// A user name outside 1–64 characters from `A-Z a-z 0-9 . _ @ -`.
+    #[error(
+        "invalid user name '{0}': expected 1-64 characters from A-Z, a-z, 0-9, '.', '_', '@' and '-'"
+    )]
+    InvalidUserName(String),
+    /// A user name that is already taken.
+    #[error("user '{0}' already exists")]
+    UserExists(String),
+    /// A user id that names no user.
+    #[error("no user with id '{0}'")]
+    UnknownUser(String),
+    /// A token that cannot be stored.
+    #[error("invalid token: {0}")]
+    InvalidToken(String),
     /// A stored value that does not decode.
     #[error("corrupt stored value in {what}: {detail}")]
     Corrupt {

@@ -6,6 +6,7 @@
 //! This crate knows no SQL and picks no backend: the `subflow-store-*` crates
 //! implement [`Store`], and only the binary chooses one.
 
+pub mod auth;
 mod checkpoints;
 pub mod codec;
 mod error;
@@ -19,6 +20,7 @@ pub mod buffer;
 pub mod conformance;
 pub mod spill;
 
+pub use auth::{AuthStore, NewToken, TokenOwner, TokenRecord, User};
 pub use checkpoints::{Checkpoint, CheckpointStore, NewCheckpoint};
 pub use error::{Error, Result};
 pub use events::{AppendOutcome, EventQuery, EventStore, MAX_PAGE_LIMIT};
@@ -27,9 +29,10 @@ pub use records::{
     ModelUsage, NewRun, NewThread, RecordStore, RunRecord, RunStatusUpdate, RunUsage, ThreadRecord,
     ThreadSearch,
 };
-pub use validate::{now_rfc3339, validate_batch};
+pub use validate::{now_rfc3339, rfc3339, validate_batch};
 
-/// Everything a backend provides: run events, thread and run records, checkpoints.
-pub trait Store: EventStore + RecordStore + CheckpointStore {}
+/// Everything a backend provides: run events, thread and run records, checkpoints,
+/// users and tokens.
+pub trait Store: EventStore + RecordStore + CheckpointStore + AuthStore {}
 
-impl<T: EventStore + RecordStore + CheckpointStore> Store for T {}
+impl<T: EventStore + RecordStore + CheckpointStore + AuthStore> Store for T {}

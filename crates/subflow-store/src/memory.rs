@@ -19,6 +19,8 @@ use crate::{Error, Result, codec, now_rfc3339, validate_batch};
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     inner: Mutex<Inner>,
+    /// Users and tokens, under a lock of their own.
+    pub(crate) auth: crate::auth::MemoryAuth,
 }
 
 #[derive(Debug, Default)]

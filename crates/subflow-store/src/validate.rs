@@ -55,9 +55,14 @@ fn valid_event_type(event_type: &str) -> bool {
 
 /// The current UTC time as RFC 3339 with microseconds, the format every backend stores.
 pub fn now_rfc3339() -> String {
+    rfc3339(OffsetDateTime::now_utc())
+}
+
+/// `at` in UTC as RFC 3339 with microseconds, the format every backend stores.
+pub fn rfc3339(at: OffsetDateTime) -> String {
     let format =
         format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
-    OffsetDateTime::now_utc()
+    at.to_offset(time::UtcOffset::UTC)
         .format(format)
         .expect("a UTC timestamp always formats")
 }
