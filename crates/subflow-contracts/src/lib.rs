@@ -12,6 +12,7 @@ pub mod events;
 pub mod ids;
 pub mod messages;
 pub mod status;
+pub mod task_card;
 pub mod task_events;
 pub mod task_result;
 pub mod text;

@@ -9,7 +9,7 @@ use sha2::{Digest, Sha256};
 use crate::messages::{ToolMessage, ToolStatus};
 use crate::status::{SubagentStatus, SubagentStopReason};
 use crate::task_events::flatten_content;
-use crate::text::cap_chars;
+use crate::text::{cap_chars, js_trim};
 
 /// Cap, in characters, on `subagent_error`, `subagent_result_brief` and the `{r}`/`{d}` of text bodies.
 pub const TASK_TEXT_CAP: usize = 2000;
@@ -72,7 +72,7 @@ impl TokenUsage {
 }
 
 /// A JSON number that is a whole, non-negative count; `3.0` counts, as it does in JavaScript.
-fn non_negative_integer(value: &Value) -> Option<u64> {
+pub(crate) fn non_negative_integer(value: &Value) -> Option<u64> {
     if let Some(count) = value.as_u64() {
         return Some(count);
     }
@@ -365,7 +365,8 @@ impl TaskCardStatus {
 /// Any `subagent_*` key makes the message structured: its status decides, and a
 /// structured message without a valid status is in progress with nothing else read.
 /// Only a message with no such key is classified by the legacy text prefixes, matched
-/// after stripping the text.
+/// after stripping the text. Blankness and trimming follow JavaScript's `trim`, so the
+/// web UI reads every message the same way.
 pub fn read_task_status(
     additional_kwargs: &Map<String, Value>,
     content_text: &str,
@@ -387,10 +388,10 @@ pub fn read_task_status(
         additional_kwargs
             .get(key)
             .and_then(Value::as_str)
-            .filter(|text| !text.trim().is_empty())
+            .filter(|text| !js_trim(text).is_empty())
     };
 
-    let brief = text("subagent_result_brief").map(|brief| brief.trim().to_owned());
+    let brief = text("subagent_result_brief").map(|brief| js_trim(brief).to_owned());
     let mut stop_reason = text("subagent_stop_reason").and_then(|reason| reason.parse().ok());
     let state = match status {
         WireStatus::Known(SubagentStatus::Completed) => CardState::Completed,
@@ -419,7 +420,7 @@ pub fn read_task_status(
             .map(str::to_owned),
         result,
         result_sha256,
-        model_name: text("subagent_model_name").map(|name| name.trim().to_owned()),
+        model_name: text("subagent_model_name").map(|name| js_trim(name).to_owned()),
         usage: additional_kwargs
             .get("subagent_token_usage")
             .and_then(TokenUsage::from_value),
@@ -436,8 +437,8 @@ pub fn read_task_tool_message(message: &ToolMessage) -> TaskCardStatus {
 
 /// Classifies a message without structured keys by its text prefix, in SPEC §14.1 order.
 fn read_legacy_text(content_text: &str) -> TaskCardStatus {
-    let text = content_text.trim();
-    let non_blank = |rest: &str| Some(rest.trim().to_owned()).filter(|rest| !rest.is_empty());
+    let text = js_trim(content_text);
+    let non_blank = |rest: &str| Some(js_trim(rest).to_owned()).filter(|rest| !rest.is_empty());
     let (state, result, error) = if let Some(rest) = text.strip_prefix("Task Succeeded. Result:") {
         (CardState::Completed, non_blank(rest), None)
     } else if let Some(rest) = text.strip_prefix("Task failed.") {

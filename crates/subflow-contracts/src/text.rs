@@ -1,4 +1,5 @@
-//! Character-counted text caps. Characters are Unicode scalar values.
+//! Character-counted text caps (characters are Unicode scalar values) and the trimming
+//! the task card shares with JavaScript.
 
 /// Returns the first `cap` characters of `text` and whether anything was cut.
 /// The cut always falls on a character boundary.
@@ -9,9 +10,27 @@ pub fn cap_chars(text: &str, cap: usize) -> (&str, bool) {
     }
 }
 
+/// Whether JavaScript's `String.prototype.trim` removes `c`: Unicode white space, plus the
+/// byte order mark and minus U+0085 (NEXT LINE), which JavaScript keeps.
+pub fn is_js_whitespace(c: char) -> bool {
+    c == '\u{feff}' || (c.is_whitespace() && c != '\u{85}')
+}
+
+/// `text` trimmed as JavaScript trims it, so the web UI and the CLI agree on what is blank.
+pub fn js_trim(text: &str) -> &str {
+    text.trim_matches(is_js_whitespace)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trims_like_javascript() {
+        assert_eq!(js_trim("\u{feff} a\u{3000}\n"), "a");
+        assert_eq!(js_trim("\u{85}a"), "\u{85}a");
+        assert_eq!(js_trim("\t\u{a0}\u{2028}"), "");
+    }
     use proptest::prelude::*;
 
     #[test]
