@@ -5,6 +5,7 @@ use axum::extract::Request;
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::Response;
+use subflow_runtime::spans::TraceParent;
 use tracing::Instrument;
 
 /// The header.
@@ -18,6 +19,9 @@ pub struct RequestTrace {
     /// Whether the client supplied it (header or traceparent), which outranks
     /// `config.metadata.deerflow_trace_id` at run creation.
     pub from_client: bool,
+    /// A valid `traceparent`'s trace id and parent span, which a run's exported lead
+    /// trace adopts (SPEC §9.2), whatever gave the id above.
+    pub parent: Option<TraceParent>,
 }
 
 /// A valid inbound trace id: trimmed, 1–512 printable ASCII characters.
@@ -28,6 +32,16 @@ pub fn valid_trace_id(raw: &str) -> Option<&str> {
 
 /// The trace-id field of a valid W3C `traceparent` (`00-<32 hex>-<16 hex>-<2 hex>`, no all-zero ids).
 pub fn traceparent_trace_id(raw: &str) -> Option<&str> {
+    traceparent_fields(raw).map(|(trace, _)| trace)
+}
+
+/// The trace id and parent span of a valid W3C `traceparent`.
+pub fn traceparent(raw: &str) -> Option<TraceParent> {
+    traceparent_fields(raw).and_then(|(trace, span)| TraceParent::from_hex(trace, span))
+}
+
+/// The trace-id and parent-id fields of a valid W3C `traceparent`.
+fn traceparent_fields(raw: &str) -> Option<(&str, &str)> {
     let parts: Vec<&str> = raw.trim().split('-').collect();
     let hex = |s: &str, len: usize| {
         s.len() == len
@@ -43,7 +57,7 @@ pub fn traceparent_trace_id(raw: &str) -> Option<&str> {
                 && !zero(trace)
                 && !zero(parent) =>
         {
-            Some(trace)
+            Some((trace, parent))
         }
         _ => None,
     }
@@ -62,19 +76,19 @@ pub async fn trace_id(mut request: Request, next: Next) -> Response {
         .and_then(|v| v.to_str().ok())
         .and_then(valid_trace_id)
         .map(str::to_owned);
-    let from_parent = headers
-        .get("traceparent")
-        .and_then(|v| v.to_str().ok())
-        .and_then(traceparent_trace_id)
-        .map(str::to_owned);
+    let raw_parent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    let from_parent = raw_parent.and_then(traceparent_trace_id).map(str::to_owned);
+    let parent = raw_parent.and_then(traceparent);
     let trace = match from_header.or(from_parent) {
         Some(id) => RequestTrace {
             id,
             from_client: true,
+            parent,
         },
         None => RequestTrace {
             id: fresh_trace_id(),
             from_client: false,
+            parent,
         },
     };
     request.extensions_mut().insert(trace.clone());

@@ -1,6 +1,8 @@
 //! The guards as one agent loop uses them: warnings injected at the next model call,
 //! hard stops that rewrite the response, and the loop-detection audit event.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 use subflow_contracts::messages::{AiMessage, Message};
 
@@ -8,6 +10,7 @@ use crate::guards::{
     BUDGET_WARNING_NAME, BudgetCheck, Detection, LoopDetectionConfig, LoopDetector, TokenBudget,
     TokenBudgetConfig, WarningQueue, hard_stop, loop_event_content,
 };
+use crate::metrics::RuntimeMetrics;
 
 /// Which guard ended an agent loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,14 +30,17 @@ pub(crate) struct Guards {
     budget_warnings: WarningQueue,
     is_subagent: bool,
     agent_id: Option<String>,
+    metrics: Arc<dyn RuntimeMetrics>,
 }
 
 impl Guards {
     /// Fresh guards; `agent_id` is the subagent's definition name, `None` for the lead.
+    /// Loop detections are counted in `metrics`.
     pub fn new(
         loops: &LoopDetectionConfig,
         budget: &TokenBudgetConfig,
         agent_id: Option<&str>,
+        metrics: Arc<dyn RuntimeMetrics>,
     ) -> Self {
         Guards {
             detector: loops.enabled.then(|| LoopDetector::new(loops.clone())),
@@ -43,6 +49,7 @@ impl Guards {
             budget_warnings: WarningQueue::new(BUDGET_WARNING_NAME),
             is_subagent: agent_id.is_some(),
             agent_id: agent_id.map(str::to_owned),
+            metrics,
         }
     }
 
@@ -82,6 +89,11 @@ impl Guards {
         if let Some(content) =
             loop_event_content(&detection, self.is_subagent, self.agent_id.as_deref())
         {
+            let action = content["action"].as_str().unwrap_or_default();
+            let layer = content["changes"]["detection_layer"]
+                .as_str()
+                .unwrap_or_default();
+            self.metrics.loop_detection(layer, action, self.is_subagent);
             record(content);
         }
         match detection {

@@ -1,8 +1,8 @@
 //! The run journal (SPEC §5.5, §7.2): the run's own events, written through the journal
 //! buffer, and its token ledger. Subagents reach it only through [`JournalProxy`].
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
 use subflow_contracts::messages::{AiMessage, Message, ToolMessage};
@@ -10,6 +10,7 @@ use subflow_contracts::{EventCategory, EventType, MiddlewareTag};
 use subflow_store::RunUsage;
 use subflow_store::buffer::EventBuffer;
 
+use crate::metrics::{NoMetrics, RuntimeMetrics, TokenCount};
 use crate::usage::{UsageLedger, UsageRecord};
 
 /// The recorder of one run.
@@ -20,6 +21,7 @@ pub struct Journal {
     llm_calls: AtomicU32,
     track_token_usage: bool,
     max_trace_content: usize,
+    metrics: Arc<dyn RuntimeMetrics>,
 }
 
 fn metadata(value: Value) -> Map<String, Value> {
@@ -38,7 +40,15 @@ impl Journal {
             llm_calls: AtomicU32::new(0),
             track_token_usage,
             max_trace_content,
+            metrics: Arc::new(NoMetrics),
         }
+    }
+
+    /// Counts every usage record the ledger takes in `metrics` (`subflow_tokens_total`),
+    /// whether or not `run_events.track_token_usage` keeps it on the run record.
+    pub fn with_metrics(mut self, metrics: Arc<dyn RuntimeMetrics>) -> Self {
+        self.metrics = metrics;
+        self
     }
 
     /// The buffer, for the final flush.
@@ -109,11 +119,15 @@ impl Journal {
         });
         self.record(EventType::LlmAiResponse.as_str(), EventCategory::Message, content,
             metadata(json!({"caller": caller, "usage": usage, "latency_ms": latency_ms, "llm_call_index": index})));
-        if let Some(record) = record.filter(|_| self.track_token_usage) {
-            self.ledger
+        if let Some(record) = record {
+            let counted = self
+                .ledger
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .add_own(record);
+            if counted {
+                self.metrics.tokens(&TokenCount::of(record));
+            }
         }
     }
 
@@ -170,16 +184,23 @@ impl Journal {
 
     /// Usage records a subagent reports once it ends; ids already counted are skipped.
     pub fn report_external(&self, records: &[UsageRecord]) {
-        if self.track_token_usage && !records.is_empty() {
-            self.ledger
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .add_external(records);
+        let mut ledger = self.ledger.lock().unwrap_or_else(|p| p.into_inner());
+        for record in records {
+            if ledger.add_external_one(record) {
+                self.metrics.tokens(&TokenCount::of(record));
+            }
         }
     }
 
-    /// The run record's rollups now.
+    /// The run record's rollups now; only the message count when
+    /// `run_events.track_token_usage` is off (nothing is recorded then).
     pub fn usage(&self, message_count: i64) -> RunUsage {
+        if !self.track_token_usage {
+            return RunUsage {
+                message_count,
+                ..RunUsage::default()
+            };
+        }
         self.ledger
             .lock()
             .unwrap_or_else(|p| p.into_inner())

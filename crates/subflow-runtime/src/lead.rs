@@ -2,7 +2,7 @@
 //! delegation, lead-side usage attribution (SPEC §4.5), checkpoints after every step.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
@@ -15,6 +15,7 @@ use uuid::Uuid;
 
 use crate::guarded::{GuardStop, Guards};
 use crate::runtime::{RunContext, Runtime};
+use crate::spans::{ChatCall, new_span_id};
 use crate::subagent::{error_fallback, run_task};
 use crate::tools::builtin_specs;
 use crate::usage::UsageRecord;
@@ -87,6 +88,7 @@ impl Lead<'_> {
                 run_id: self.run.run_id.clone(),
             };
             let started = Instant::now();
+            let chat_started = SystemTime::now();
             let message_id = Uuid::now_v7().to_string();
             let sink = self.run.sink.clone();
             let info = model.info().clone();
@@ -105,6 +107,17 @@ impl Lead<'_> {
                 () = self.run.cancel.cancelled() => return LeadEnd::Cancelled,
             };
             let latency_ms = u64::try_from(started.elapsed().as_millis()).ok();
+            if let Some(trace) = &self.run.trace {
+                trace.chat(&ChatCall {
+                    provider: info.provider,
+                    request_model: &info.model,
+                    started: chat_started,
+                    answer: answer
+                        .as_ref()
+                        .map(|(ai, _)| ai)
+                        .map_err(ToString::to_string),
+                });
+            }
             let mut ai = match answer {
                 Ok((ai, _)) => ai,
                 Err(error) => {
@@ -219,21 +232,29 @@ impl Lead<'_> {
         let runtime = self.runtime;
         let run = self.run;
         let futures = calls.iter().map(|call| async move {
-            if call.name == TASK_TOOL_NAME && runtime.config().subagents_enabled {
-                return run_task(runtime, run, call).await;
-            }
-            let (content, status) = match run.workspace.run(&call.name, &call.args).await {
-                Ok(text) => (text, ToolStatus::Success),
-                Err(error) => (format!("Error: {error}"), ToolStatus::Error),
+            // The span id is chosen up front: a subagent's trace links to it.
+            let (span_id, started) = (new_span_id(), SystemTime::now());
+            let result = if call.name == TASK_TOOL_NAME && runtime.config().subagents_enabled {
+                let link = run.trace.as_ref().map(|t| t.link_to(span_id));
+                run_task(runtime, run, call, link).await
+            } else {
+                let (content, status) = match run.workspace.run(&call.name, &call.args).await {
+                    Ok(text) => (text, ToolStatus::Success),
+                    Err(error) => (format!("Error: {error}"), ToolStatus::Error),
+                };
+                Some(ToolMessage {
+                    content: Value::String(content),
+                    id: Some(Uuid::now_v7().to_string()),
+                    name: Some(call.name.clone()),
+                    tool_call_id: call.id.clone(),
+                    status,
+                    ..ToolMessage::default()
+                })
             };
-            Some(ToolMessage {
-                content: Value::String(content),
-                id: Some(Uuid::now_v7().to_string()),
-                name: Some(call.name.clone()),
-                tool_call_id: call.id.clone(),
-                status,
-                ..ToolMessage::default()
-            })
+            if let Some(trace) = &run.trace {
+                trace.tool(span_id, started, call, result.as_ref());
+            }
+            result
         });
         join_all(futures).await
     }

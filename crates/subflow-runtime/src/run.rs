@@ -3,7 +3,7 @@
 //! terminal status (SPEC §2.3, §5.4, §7.2).
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use subflow_contracts::messages::Message;
 use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
@@ -18,6 +18,7 @@ use crate::lead::{Lead, LeadEnd};
 use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::OutputSink;
 use crate::runtime::{RunContext, Runtime};
+use crate::spans::{AgentTrace, TraceIdentity, TraceRequest, trace_tags};
 use crate::tools::Workspace;
 
 /// A run to execute; its record already exists (status `pending`).
@@ -41,6 +42,8 @@ pub struct RunSpec {
     pub cancel: CancellationToken,
     /// `runs.timeout_seconds`.
     pub timeout: Duration,
+    /// A `traceparent` to adopt and caller overrides for the exported trace (SPEC §9.2).
+    pub trace: TraceRequest,
 }
 
 /// How a run ended.
@@ -73,8 +76,46 @@ fn short_trace(candidate: Option<&str>) -> String {
 }
 
 impl Runtime {
+    /// The lead trace of a run (SPEC §9.2), when spans are exported: caller overrides
+    /// win over the session, user, name and tags.
+    fn lead_trace(&self, spec: &RunSpec, user_id: &str, model_name: &str) -> Option<AgentTrace> {
+        let sink = self.spans.clone()?;
+        let overrides = &spec.trace.overrides;
+        let identity = TraceIdentity {
+            session_id: overrides
+                .session_id
+                .clone()
+                .unwrap_or_else(|| spec.thread_id.clone()),
+            user_id: overrides
+                .user_id
+                .clone()
+                .unwrap_or_else(|| user_id.to_owned()),
+            trace_name: overrides
+                .trace_name
+                .clone()
+                .unwrap_or_else(|| "lead_agent".to_owned()),
+            tags: overrides
+                .tags
+                .clone()
+                .unwrap_or_else(|| trace_tags(self.environment.as_deref(), Some(model_name))),
+            metadata: vec![
+                ("deerflow_trace_id".to_owned(), spec.trace_id.clone()),
+                ("run_id".to_owned(), spec.run_id.clone()),
+            ],
+            conversation_id: spec.thread_id.clone(),
+        };
+        Some(AgentTrace::start(
+            sink,
+            &identity,
+            "lead_agent",
+            spec.trace.parent,
+            None,
+        ))
+    }
+
     /// Executes a run to its end, streaming its output to `sink`.
     pub async fn run(&self, spec: RunSpec, sink: OutputSink) -> RunResult {
+        let started = Instant::now();
         let scope = EventScope {
             thread_id: spec.thread_id.clone(),
             run_id: spec.run_id.clone(),
@@ -87,6 +128,11 @@ impl Runtime {
             .info()
             .name
             .clone();
+        let user_id = spec
+            .user_id
+            .clone()
+            .unwrap_or_else(|| crate::spans::DEFAULT_USER.to_owned());
+        let trace = self.lead_trace(&spec, &user_id, &model_name);
         let run = Arc::new(RunContext {
             thread_id: spec.thread_id.clone(),
             run_id: spec.run_id.clone(),
@@ -96,13 +142,16 @@ impl Runtime {
                 self.buffer(&scope, BufferPolicy::journal(config.flush_interval)),
                 config.track_token_usage,
                 config.max_trace_content,
-            ),
+            )
+            .with_metrics(self.metrics.clone()),
             subagent_buffer: self.buffer(&scope, BufferPolicy::subagent(config.flush_interval)),
             sink,
             cancel: spec.cancel.clone(),
             workspace: Workspace::for_thread(&config.workspace_root, &spec.thread_id),
             model_name,
             observers: self.observers.clone(),
+            user_id,
+            trace,
         });
         let observed = run
             .observers
@@ -133,7 +182,12 @@ impl Runtime {
         let mut lead = Lead {
             runtime: self,
             run: &run,
-            guards: Guards::new(&config.loop_detection, &config.token_budget, None),
+            guards: Guards::new(
+                &config.loop_detection,
+                &config.token_budget,
+                None,
+                self.metrics.clone(),
+            ),
             messages: history,
             stop_reason: None,
             checkpoint_id: None,
@@ -211,6 +265,15 @@ impl Runtime {
             .set_thread_status(&run.thread_id, thread_status)
             .await;
         observed.stop(ObserverOutcome::for_lead(status)).await;
+        self.metrics.run_finished(status, started.elapsed());
+        if let Some(trace) = run.trace.clone() {
+            let failure = match status {
+                RunStatus::Success => None,
+                RunStatus::Interrupted => Some("Interrupted".to_owned()),
+                _ => Some(error.clone().unwrap_or_else(|| status.as_str().to_owned())),
+            };
+            trace.finish(failure);
+        }
         RunResult {
             status,
             stop_reason,

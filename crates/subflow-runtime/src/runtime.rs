@@ -13,8 +13,10 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::Admission;
 use crate::guards::{LoopDetectionConfig, TokenBudgetConfig};
 use crate::journal::Journal;
-use crate::observers::ObserverSet;
+use crate::metrics::{NoMetrics, RuntimeMetrics};
+use crate::observers::{ObserverCounters, ObserverSet};
 use crate::output::OutputSink;
+use crate::spans::{AgentTrace, SpanSink};
 use crate::subagent::SubagentDefinition;
 use crate::tools::Workspace;
 
@@ -119,6 +121,9 @@ pub struct Runtime {
     pub(crate) retry: RetryQueue,
     pub(crate) counters: Arc<StoreCounters>,
     pub(crate) observers: ObserverSet,
+    pub(crate) spans: Option<Arc<dyn SpanSink>>,
+    pub(crate) environment: Option<String>,
+    pub(crate) metrics: Arc<dyn RuntimeMetrics>,
 }
 
 impl Runtime {
@@ -139,7 +144,34 @@ impl Runtime {
             retry,
             counters,
             observers: ObserverSet::new(),
+            spans: None,
+            environment: None,
+            metrics: Arc::new(NoMetrics),
         }
+    }
+
+    /// Records a trace per run and per subagent execution into `sink` (SPEC §9);
+    /// `environment` is the `env:` tag (`tracing.environment`).
+    pub fn with_spans(mut self, sink: Arc<dyn SpanSink>, environment: Option<String>) -> Self {
+        self.spans = Some(sink);
+        self.environment = environment;
+        self
+    }
+
+    /// Counts runs, tasks, tokens and loop detections into `metrics` (SPEC §15.1).
+    pub fn with_metrics(mut self, metrics: Arc<dyn RuntimeMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
+    /// The event-store counters behind the `subflow_event_store_*` metrics.
+    pub fn store_counters(&self) -> &Arc<StoreCounters> {
+        &self.counters
+    }
+
+    /// The observer call counters behind `subflow_observer_calls_total`.
+    pub fn observer_counters(&self) -> &Arc<ObserverCounters> {
+        self.observers.counters()
     }
 
     /// The task observers every later run notifies (SPEC §11).
@@ -194,4 +226,8 @@ pub struct RunContext {
     pub model_name: String,
     /// The observers, as they were when the run started.
     pub observers: ObserverSet,
+    /// The run owner (`langfuse.user.id`).
+    pub user_id: String,
+    /// The lead's trace, when spans are exported.
+    pub(crate) trace: Option<AgentTrace>,
 }

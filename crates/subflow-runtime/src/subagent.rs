@@ -3,7 +3,7 @@
 //! turns its terminal status into events and the ToolMessage contract (SPEC §3, §4).
 
 use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -20,6 +20,9 @@ use crate::journal::JournalProxy;
 use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::{TaskEmitter, TerminalEvent};
 use crate::runtime::{RunContext, Runtime};
+use crate::spans::{
+    AgentTrace, ChatCall, SpanLink, TraceIdentity, new_span_id, subagent_trace_name, trace_tags,
+};
 use crate::tools::{BUILTIN_TOOLS, Workspace, builtin_specs};
 use crate::usage::Collector;
 
@@ -105,6 +108,7 @@ struct Execution {
     task_id: String,
     run: Arc<RunContext>,
     guards: Guards,
+    trace: Option<AgentTrace>,
 }
 
 impl Execution {
@@ -151,10 +155,22 @@ impl Execution {
                 run_id: self.run_id.clone(),
             };
             let info = self.model.info().clone();
+            let chat_started = SystemTime::now();
             let answer = match self.model.stream(request).await {
                 Ok(stream) => assemble(stream, &info.model, |_| {}).await,
                 Err(error) => Err(error),
             };
+            if let Some(trace) = &self.trace {
+                trace.chat(&ChatCall {
+                    provider: info.provider,
+                    request_model: &info.model,
+                    started: chat_started,
+                    answer: answer
+                        .as_ref()
+                        .map(|(ai, _)| ai)
+                        .map_err(ToString::to_string),
+                });
+            }
             let ai = match answer {
                 Ok((ai, _)) => ai,
                 Err(error) => {
@@ -205,7 +221,11 @@ impl Execution {
                 return Terminal::new(SubagentStatus::Completed, result);
             }
             for call in calls {
+                let (span_id, started) = (new_span_id(), SystemTime::now());
                 let tool = self.call_tool(&call).await;
+                if let Some(trace) = &self.trace {
+                    trace.tool(span_id, started, &call, Some(&tool));
+                }
                 let created = Instant::now();
                 messages.push(Message::Tool(tool.clone()));
                 self.emitter
@@ -292,6 +312,7 @@ pub(crate) async fn run_task(
     runtime: &Runtime,
     run: &Arc<RunContext>,
     call: &ToolCall,
+    link: Option<SpanLink>,
 ) -> Option<ToolMessage> {
     let kind = call
         .args
@@ -323,9 +344,57 @@ pub(crate) async fn run_task(
         false,
     );
     let observed = run.observers.start(info).await;
-    let (message, status) = supervise(runtime, run, call, definition, execution_id).await;
+    let started = Instant::now();
+    let agent = definition.name.clone();
+    let trace = subagent_trace(runtime, run, call, &definition, link);
+    let (message, status) =
+        supervise(runtime, run, call, definition, execution_id, trace.clone()).await;
+    runtime
+        .metrics
+        .subagent_task(&agent, status, started.elapsed());
+    if let Some(trace) = trace {
+        let failure = (status != SubagentStatus::Completed).then(|| format!("Task {status}"));
+        trace.finish(failure);
+    }
     observed.stop(ObserverOutcome::for_subagent(status)).await;
     message
+}
+
+/// The trace of one subagent execution (SPEC §9.2), when spans are exported: session
+/// and user of the parent run, `subagent:<name>`, and a link to the lead's tool span.
+fn subagent_trace(
+    runtime: &Runtime,
+    run: &RunContext,
+    call: &ToolCall,
+    definition: &SubagentDefinition,
+    link: Option<SpanLink>,
+) -> Option<AgentTrace> {
+    let sink = runtime.spans.clone()?;
+    let model = runtime.models.get(
+        definition
+            .model
+            .as_deref()
+            .or(Some(run.model_name.as_str())),
+    );
+    let identity = TraceIdentity {
+        session_id: run.thread_id.clone(),
+        user_id: run.user_id.clone(),
+        trace_name: subagent_trace_name(&definition.name),
+        tags: trace_tags(runtime.environment.as_deref(), Some(&model.info().name)),
+        metadata: vec![
+            ("deerflow_trace_id".to_owned(), run.trace_id.clone()),
+            ("run_id".to_owned(), run.run_id.clone()),
+            ("tool_call_id".to_owned(), call.id.clone()),
+        ],
+        conversation_id: run.thread_id.clone(),
+    };
+    Some(AgentTrace::start(
+        sink,
+        &identity,
+        &definition.name,
+        None,
+        link,
+    ))
 }
 
 /// Admits, runs and watches one execution; returns its ToolMessage (none after a parent
@@ -336,6 +405,7 @@ async fn supervise(
     call: &ToolCall,
     definition: SubagentDefinition,
     execution_id: Uuid,
+    agent_trace: Option<AgentTrace>,
 ) -> (Option<ToolMessage>, SubagentStatus) {
     let arg = |key: &str| {
         call.args
@@ -397,8 +467,14 @@ async fn supervise(
                 cancel: run.cancel.child_token(),
                 short_trace: trace.clone(),
                 task_id: call.id.clone(),
-                guards: Guards::new(&config.loop_detection, &config.token_budget, Some(&kind)),
+                guards: Guards::new(
+                    &config.loop_detection,
+                    &config.token_budget,
+                    Some(&kind),
+                    runtime.metrics.clone(),
+                ),
                 run: run.clone(),
+                trace: agent_trace,
             };
             // The execution logs inside the run's span, so its lines carry the trace id.
             Some(tokio::spawn(

@@ -121,10 +121,11 @@ pub struct UsageLedger {
 }
 
 impl UsageLedger {
-    /// Counts one of the run's own model calls (lead or middleware).
-    pub fn add_own(&mut self, record: &UsageRecord) {
+    /// Counts one of the run's own model calls (lead or middleware); false when its id
+    /// was already counted.
+    pub fn add_own(&mut self, record: &UsageRecord) -> bool {
         self.usage.llm_call_count += 1;
-        self.add(record);
+        self.add(record)
     }
 
     /// Counts records reported by a subagent; ids already counted are skipped, and
@@ -135,9 +136,14 @@ impl UsageLedger {
         }
     }
 
-    fn add(&mut self, record: &UsageRecord) {
+    /// Counts one record reported by a subagent; false when its id was already counted.
+    pub fn add_external_one(&mut self, record: &UsageRecord) -> bool {
+        self.add(record)
+    }
+
+    fn add(&mut self, record: &UsageRecord) -> bool {
         if !self.counted.insert(record.source_run_id.clone()) {
-            return;
+            return false;
         }
         let (input, output, total) = (
             record.input_tokens as i64,
@@ -166,6 +172,7 @@ impl UsageLedger {
         if let Some(cached) = record.cache_read_tokens {
             *bucket.cache_read_tokens.get_or_insert(0) += cached as i64;
         }
+        true
     }
 
     /// The rollups as the run record stores them.

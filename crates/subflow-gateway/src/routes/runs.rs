@@ -14,6 +14,7 @@ use subflow_contracts::RunStatus;
 use subflow_contracts::messages::Message;
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::{RunResult, RunSpec};
+use subflow_runtime::spans::{TraceOverrides, TraceRequest};
 use subflow_store::{NewRun, NewThread, RunRecord};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -88,6 +89,7 @@ struct Accepted {
     multitask_strategy: String,
     cancel_on_disconnect: bool,
     kwargs: Value,
+    trace_overrides: TraceOverrides,
 }
 
 fn message_from(value: &Value) -> Result<Message, ApiError> {
@@ -220,6 +222,10 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
         .and_then(|m| m.get("trace_id"))
         .and_then(Value::as_str)
         .map(str::to_owned);
+    let trace_overrides = metadata_of_config
+        .and_then(Value::as_object)
+        .map(TraceOverrides::from_metadata)
+        .unwrap_or_default();
     // Clients may not decide who is a subagent (SPEC §2.2).
     let mut context = request.context.unwrap_or_default();
     context.retain(|key, _| key != "is_subagent" && key != "agent_id" && !key.starts_with("__"));
@@ -231,6 +237,7 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
         .map(str::to_owned);
     let kwargs = json!({"stream_mode": modes, "config": config, "context": context, "stream_subgraphs": request.stream_subgraphs, "stream_resumable": request.stream_resumable});
     Ok(Accepted {
+        trace_overrides,
         modes,
         messages,
         model_name,
@@ -318,6 +325,7 @@ async fn start(
         (Some(id), false) => RequestTrace {
             id: id.clone(),
             from_client: true,
+            parent: trace.parent,
         },
         _ => trace,
     };
@@ -348,6 +356,10 @@ async fn start(
         delegation_trace: accepted.delegation_trace.clone(),
         cancel: cancel.clone(),
         timeout: state.run_timeout,
+        trace: TraceRequest {
+            parent: trace.parent,
+            overrides: accepted.trace_overrides.clone(),
+        },
     };
     let (sink, output) = OutputSink::channel();
     let runtime = state.runtime.clone();

@@ -127,6 +127,7 @@ impl Harness {
             delegation_trace: None,
             cancel: CancellationToken::new(),
             timeout: Duration::from_secs(600),
+            trace: Default::default(),
         };
         tweak(&mut spec);
         let result = self.runtime.run(spec, sink).await;

@@ -187,6 +187,7 @@ async fn measure(
         delegation_trace: None,
         cancel: CancellationToken::new(),
         timeout: Duration::from_secs(600),
+        trace: Default::default(),
     };
     let started = Instant::now();
     let result = runtime.run(spec, sink).await;
