@@ -24,6 +24,7 @@ pub fn js_trim(text: &str) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn trims_like_javascript() {
@@ -31,7 +32,6 @@ mod tests {
         assert_eq!(js_trim("\u{85}a"), "\u{85}a");
         assert_eq!(js_trim("\t\u{a0}\u{2028}"), "");
     }
-    use proptest::prelude::*;
 
     #[test]
     fn counts_characters_not_bytes() {

@@ -16,6 +16,7 @@ mod routes;
 mod sse;
 mod trace;
 pub mod usage;
+mod web;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -80,6 +81,8 @@ pub struct AppState {
     pub active: ActiveRuns,
     /// `server.cors_origins`: origins besides the gateway's own that may change state.
     pub cors_origins: Vec<String>,
+    /// `web.enabled`: serve the embedded web workspace at `/`.
+    pub web_enabled: bool,
 }
 
 impl AppState {
@@ -96,6 +99,7 @@ impl AppState {
             heartbeat: Duration::from_secs(15),
             active: ActiveRuns::default(),
             cors_origins: Vec::new(),
+            web_enabled: true,
         }
     }
 }
@@ -194,7 +198,7 @@ pub fn router(state: AppState) -> Router {
             "/api/threads/{thread_id}/runs/{run_id}/events",
             get(routes::events::list),
         )
-        .fallback(routes::not_found)
+        .fallback(web::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

@@ -134,6 +134,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
         active: Default::default(),
         cors_origins: config.server.cors_origins.clone(),
+        web_enabled: config.web.enabled,
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await

@@ -4,3 +4,4 @@ mod cli;
 mod config;
 mod sdk;
 mod tidy;
+mod web;

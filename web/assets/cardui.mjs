@@ -1,0 +1,111 @@
+// The task card on screen: one element per task, kept across re-renders, updated from a
+// `cardView` (cards.mjs). Every text it shows is set as text.
+
+import { h, setText } from "./dom.mjs";
+
+const STATUS_WORDS = { in_progress: "In progress", completed: "Completed", failed: "Failed" };
+let serial = 0;
+
+function stepRow(step) {
+  if (step.kind === "tool") {
+    return h(
+      "li",
+      { class: "step step-tool", dataset: { index: step.messageIndex } },
+      h("span", { class: "step-kind" }, step.toolName ?? "tool"),
+      step.text.trim() === "" ? null : h("span", { class: "step-text" }, step.text),
+      step.truncated ? h("span", { class: "step-note" }, " (truncated)") : null,
+    );
+  }
+  const calls = step.toolCalls.map((call) => call.name).filter(Boolean);
+  return h(
+    "li",
+    { class: "step step-ai", dataset: { index: step.messageIndex } },
+    h("span", { class: "step-text" }, step.text),
+    calls.length > 0 ? h("span", { class: "step-note" }, ` → ${calls.join(", ")}`) : null,
+    step.truncated ? h("span", { class: "step-note" }, " (truncated)") : null,
+  );
+}
+
+/** One task card. `onToggle(id, expanded)` is called when its header is activated. */
+export class CardElement {
+  constructor(id, onToggle) {
+    this.id = id;
+    this.expanded = false;
+    this.renderedSteps = [];
+    const bodyId = `card-body-${++serial}`;
+    this.icon = h("span", { class: "status-icon", "aria-hidden": "true" });
+    this.statusWord = h("span", { class: "visually-hidden" });
+    this.description = h("span", { class: "card-description" });
+    this.type = h("span", { class: "card-type" });
+    this.model = h("span", { class: "model-label" });
+    this.tokens = h("span", { class: "token-label" });
+    this.stepCount = h("span", { class: "step-count" });
+    this.header = h("span", { class: "card-header-text" });
+    this.capped = h("span", { class: "card-capped" });
+    this.toggle = h(
+      "button",
+      {
+        type: "button",
+        class: "card-toggle",
+        "aria-expanded": "false",
+        "aria-controls": bodyId,
+        onclick: () => onToggle(this.id, !this.expanded),
+      },
+      this.icon,
+      this.statusWord,
+      h("span", { class: "card-title" }, this.description, h("span", { class: "card-meta" }, this.type, this.model, this.tokens, this.stepCount, this.capped)),
+      this.header,
+    );
+    this.prompt = h("p", { class: "card-prompt" });
+    this.steps = h("ol", { class: "steps", "aria-label": "Steps" });
+    this.loading = h("p", { class: "card-note", hidden: true });
+    this.result = h("p", { class: "card-result", hidden: true });
+    this.error = h("p", { class: "card-error", hidden: true });
+    this.body = h("div", { class: "card-body", id: bodyId, hidden: true }, this.prompt, this.loading, this.steps, this.result, this.error);
+    this.root = h("article", { class: "task-card", dataset: { taskId: id } }, this.toggle, this.body);
+  }
+
+  /** Shows `view`; `backfill` is "idle", "loading" or "failed". */
+  update(view, prompt, expanded, backfill) {
+    this.expanded = expanded;
+    this.root.dataset.status = view.status;
+    this.icon.className = `status-icon ${view.status === "in_progress" ? "spinner" : view.status}`;
+    setText(this.statusWord, `${STATUS_WORDS[view.status]}: `);
+    setText(this.description, view.description ?? view.id);
+    setText(this.type, view.subagentType ?? "");
+    setText(this.model, view.modelLabel ?? "");
+    setText(this.tokens, view.tokenLabel ?? "");
+    this.tokens.hidden = view.tokenLabel === null;
+    setText(this.stepCount, `${view.stepCount} ${view.stepCount === 1 ? "step" : "steps"}`);
+    setText(this.capped, view.stopReason === null ? "" : `capped: ${view.stopReason}`);
+    this.capped.hidden = view.stopReason === null;
+    setText(this.header, view.header);
+    this.toggle.setAttribute("aria-expanded", String(expanded));
+    this.body.hidden = !expanded;
+    if (!expanded) return;
+
+    setText(this.prompt, prompt ?? "");
+    this.prompt.hidden = !prompt;
+    this.loading.hidden = backfill === "idle";
+    setText(
+      this.loading,
+      backfill === "loading" ? "Loading steps…" : "The steps could not be loaded. Collapse and expand the card to try again.",
+    );
+    this.renderSteps(view.steps);
+    this.result.hidden = view.result === null;
+    setText(this.result, view.result ?? "");
+    this.error.hidden = view.status !== "failed";
+    setText(this.error, view.error ?? "Subtask failed");
+  }
+
+  /** Appends new steps when the list only grew; rebuilds it otherwise. */
+  renderSteps(steps) {
+    const previous = this.renderedSteps;
+    const grew = steps.length >= previous.length && previous.every((step, i) => steps[i] === step);
+    const fragment = document.createDocumentFragment();
+    if (!grew) this.steps.replaceChildren();
+    for (const step of grew ? steps.slice(previous.length) : steps) fragment.append(stepRow(step));
+    this.steps.append(fragment);
+    this.renderedSteps = steps;
+  }
+}
