@@ -8,6 +8,9 @@ use serde_json::json;
 /// A failed request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
+    /// 401: no caller could be authenticated (SPEC §13).
+    #[error("Authentication required")]
+    Unauthorized,
     /// 403.
     #[error("{0}")]
     Forbidden(String),
@@ -31,6 +34,7 @@ pub enum ApiError {
 impl ApiError {
     fn status(&self) -> StatusCode {
         match self {
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
@@ -54,6 +58,14 @@ impl From<subflow_store::Error> for ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status(), Json(json!({"detail": self.to_string()}))).into_response()
+        let mut response =
+            (self.status(), Json(json!({"detail": self.to_string()}))).into_response();
+        if matches!(self, ApiError::Unauthorized) {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        response
     }
 }

@@ -1,11 +1,14 @@
 //! The local-mode Origin check (SPEC §13): a state-changing request whose `Origin` is
-//! neither the gateway's own origin nor in `server.cors_origins` is refused.
+//! neither the gateway's own origin nor in `server.cors_origins` is refused. In token
+//! mode a browser never attaches the bearer token by itself, so there is nothing to
+//! forge and no check.
 
 use axum::extract::{Request, State};
 use axum::http::{Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
+use crate::auth::AuthMode;
 use crate::{ApiError, AppState};
 
 /// The middleware.
@@ -14,10 +17,11 @@ pub async fn refuse_cross_origin(
     request: Request,
     next: Next,
 ) -> Response {
-    let changes_state = !matches!(
-        *request.method(),
-        Method::GET | Method::HEAD | Method::OPTIONS
-    );
+    let changes_state = state.auth == AuthMode::Local
+        && !matches!(
+            *request.method(),
+            Method::GET | Method::HEAD | Method::OPTIONS
+        );
     if changes_state
         && let Some(origin) = request
             .headers()

@@ -3,10 +3,10 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
-use subflow_contracts::RunEvent;
+use subflow_contracts::{Permission, RunEvent};
 use subflow_store::{EventQuery, MAX_PAGE_LIMIT};
 
-use super::checked_thread_id;
+use crate::auth::{Caller, authorize_thread};
 use crate::{ApiError, AppState};
 
 #[derive(Debug, Deserialize)]
@@ -26,13 +26,15 @@ fn integer(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
     .transpose()
 }
 
-/// One page of a run's events, ascending by `seq`, as a bare array.
+/// One page of a run's events, ascending by `seq`, as a bare array; `[]` for an
+/// unowned thread id.
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     Path((thread_id, run_id)): Path<(String, String)>,
     Query(params): Query<EventParams>,
 ) -> Result<Json<Vec<RunEvent>>, ApiError> {
-    checked_thread_id(&thread_id)?;
+    let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
     let limit = integer("limit", params.limit.as_deref())?.unwrap_or(500);
     if !(1..=i64::from(MAX_PAGE_LIMIT)).contains(&limit) {
         return Err(ApiError::Unprocessable(format!(
@@ -50,6 +52,9 @@ pub async fn list(
         .event_types
         .filter(|t| !t.is_empty())
         .map(|t| t.split(',').map(str::to_owned).collect());
+    if owned.is_none() {
+        return Ok(Json(Vec::new()));
+    }
     let query = EventQuery {
         thread_id,
         run_id,

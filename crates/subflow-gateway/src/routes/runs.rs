@@ -10,8 +10,8 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use subflow_contracts::RunStatus;
 use subflow_contracts::messages::Message;
+use subflow_contracts::{Permission, RunStatus};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::{RunResult, RunSpec};
 use subflow_runtime::spans::{TraceOverrides, TraceRequest};
@@ -20,11 +20,12 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use super::parse_body;
 use super::threads::not_found;
-use super::{checked_thread_id, parse_body};
+use crate::auth::{Caller, authorize_thread};
 use crate::sse::frame;
 use crate::trace::{RequestTrace, valid_trace_id};
-use crate::{ActiveRun, ApiError, AppState, LOCAL_USER};
+use crate::{ActiveRun, ApiError, AppState};
 
 const STREAM_MODES: [&str; 4] = ["values", "messages-tuple", "updates", "custom"];
 
@@ -276,22 +277,30 @@ struct Started {
     accepted: Accepted,
 }
 
+/// Starts a run for `caller`. An unowned thread id becomes the caller's thread.
 async fn start(
     state: &AppState,
+    caller: &Caller,
     thread_id: &str,
     trace: RequestTrace,
     body: &Result<Bytes, BytesRejection>,
 ) -> Result<Started, ApiError> {
-    checked_thread_id(thread_id)?;
+    let owned = authorize_thread(state, caller, Permission::RunsWrite, thread_id).await?;
     let accepted = accept(parse_body(body)?)?;
-    if state.store.get_thread(thread_id).await?.is_none() {
+    if owned.is_none() {
         let new = NewThread {
             thread_id: thread_id.to_owned(),
-            owner: LOCAL_USER.to_owned(),
+            owner: caller.user_id.clone(),
             metadata: Map::new(),
         };
         match state.store.create_thread(new).await {
-            Ok(_) | Err(subflow_store::Error::ThreadExists(_)) => {}
+            Ok(_) => {}
+            // A concurrent request created it first: go on only if it is the caller's.
+            Err(subflow_store::Error::ThreadExists(_)) => {
+                authorize_thread(state, caller, Permission::RunsWrite, thread_id)
+                    .await?
+                    .ok_or_else(|| not_found(thread_id))?;
+            }
             Err(error) => return Err(error.into()),
         }
     }
@@ -336,7 +345,7 @@ async fn start(
         .create_run(NewRun {
             run_id: run_id.clone(),
             thread_id: thread_id.to_owned(),
-            owner: LOCAL_USER.to_owned(),
+            owner: caller.user_id.clone(),
             assistant_id: "lead_agent".to_owned(),
             model_name: Some(model_name),
             trace_id: Some(trace.id.clone()),
@@ -349,7 +358,7 @@ async fn start(
     let spec = RunSpec {
         thread_id: thread_id.to_owned(),
         run_id,
-        user_id: Some(LOCAL_USER.to_owned()),
+        user_id: Some(caller.user_id.clone()),
         model_name: accepted.model_name.clone(),
         input: accepted.messages.clone(),
         trace_id: trace.id.clone(),
@@ -400,6 +409,7 @@ fn with_trace(mut response: Response, trace: RequestTrace) -> Response {
 /// `POST …/runs/stream`: the run as SSE, `metadata` first and `end` last.
 pub async fn stream(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
@@ -411,7 +421,7 @@ pub async fn stream(
         outcome,
         cancel,
         accepted,
-    } = start(&state, &thread_id, trace, &body).await?;
+    } = start(&state, &caller, &thread_id, trace, &body).await?;
     let (frames, receiver) = mpsc::channel::<Result<Bytes, Infallible>>(64);
     let wants = |mode: &str| accepted.modes.iter().any(|m| m == mode);
     let (values, messages, custom) = (wants("values"), wants("messages-tuple"), wants("custom"));
@@ -519,13 +529,14 @@ impl FrameWriter {
 /// Nobody is attached, so no disconnect cancels it; its frames are kept for rejoins.
 pub async fn create(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let Started {
         run, trace, output, ..
-    } = start(&state, &thread_id, trace, &body).await?;
+    } = start(&state, &caller, &thread_id, trace, &body).await?;
     drop(output);
     Ok(with_trace(Json(run_json(&run)).into_response(), trace))
 }
@@ -533,6 +544,7 @@ pub async fn create(
 /// `POST …/runs/wait`: the final state values.
 pub async fn wait(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
@@ -544,7 +556,7 @@ pub async fn wait(
         cancel,
         accepted,
         ..
-    } = start(&state, &thread_id, trace, &body).await?;
+    } = start(&state, &caller, &thread_id, trace, &body).await?;
     drop(output);
     // Losing the client cancels the run unless the request said `continue`.
     let guard = accepted.cancel_on_disconnect.then(|| cancel.drop_guard());
@@ -570,10 +582,11 @@ pub struct ListParams {
 /// `GET …/runs`: newest first.
 pub async fn list(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
     Query(params): Query<ListParams>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    checked_thread_id(&thread_id)?;
+    let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
     let status = params
         .status
         .filter(|s| !s.is_empty())
@@ -582,6 +595,9 @@ pub async fn list(
                 .map_err(|e| ApiError::Unprocessable(e.to_string()))
         })
         .transpose()?;
+    if owned.is_none() {
+        return Ok(Json(Vec::new()));
+    }
     let runs = state
         .store
         .list_runs(
@@ -597,10 +613,13 @@ pub async fn list(
 /// `GET …/runs/{run_id}`.
 pub async fn get(
     State(state): State<AppState>,
+    caller: Caller,
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    checked_thread_id(&thread_id)?;
-    if state.store.get_thread(&thread_id).await?.is_none() {
+    if authorize_thread(&state, &caller, Permission::RunsRead, &thread_id)
+        .await?
+        .is_none()
+    {
         return Err(not_found(&thread_id));
     }
     let run = state
@@ -621,10 +640,11 @@ pub struct CancelParams {
 /// `rollback` also deletes the run's checkpoints, events and record once it has stopped.
 pub async fn cancel(
     State(state): State<AppState>,
+    caller: Caller,
     Path((thread_id, run_id)): Path<(String, String)>,
     Query(params): Query<CancelParams>,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    checked_thread_id(&thread_id)?;
+    let owned = authorize_thread(&state, &caller, Permission::RunsWrite, &thread_id).await?;
     let rollback = match params.action.as_deref() {
         None | Some("interrupt") => false,
         Some("rollback") => true,
@@ -634,7 +654,7 @@ pub async fn cancel(
             )));
         }
     };
-    if state.store.get_run(&thread_id, &run_id).await?.is_none() {
+    if owned.is_none() || state.store.get_run(&thread_id, &run_id).await?.is_none() {
         return Err(ApiError::NotFound(format!("Run {run_id} not found")));
     }
     let finish = {
@@ -671,10 +691,11 @@ async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: boo
 /// `GET …/runs/{run_id}/join`: waits for a run executing here, then returns the final values.
 pub async fn join(
     State(state): State<AppState>,
+    caller: Caller,
     Path((thread_id, run_id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
-    checked_thread_id(&thread_id)?;
-    if state.store.get_run(&thread_id, &run_id).await?.is_none() {
+    let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
+    if owned.is_none() || state.store.get_run(&thread_id, &run_id).await?.is_none() {
         return Err(ApiError::NotFound(format!("Run {run_id} not found")));
     }
     if let Some(active) = state.active.get(&run_id) {

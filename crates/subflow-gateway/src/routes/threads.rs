@@ -1,4 +1,5 @@
-//! `POST /api/threads` and `GET /api/threads/{thread_id}` (SPEC §2.1, §2.3).
+//! Threads (SPEC §2.1, §2.3): create, get, search, delete, state and history. Every
+//! route that names a thread goes through `authorize_thread` (SPEC §13).
 
 use axum::Json;
 use axum::body::Bytes;
@@ -7,11 +8,12 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
-use subflow_contracts::RunStatus;
+use subflow_contracts::{Permission, RunStatus};
 use subflow_store::{Checkpoint, NewThread, ThreadRecord, ThreadSearch};
 
 use super::{checked_thread_id, parse_body};
-use crate::{ApiError, AppState, LOCAL_USER};
+use crate::auth::{Caller, authorize_thread};
+use crate::{ApiError, AppState};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -37,11 +39,14 @@ pub async fn thread_json(state: &AppState, thread: &ThreadRecord) -> Result<Valu
     }))
 }
 
-/// `POST /api/threads`.
+/// `POST /api/threads`: a thread owned by the caller. An id taken by another user's
+/// thread is 404, as on every thread route.
 pub async fn create(
     State(state): State<AppState>,
+    caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require(Permission::ThreadsWrite)?;
     let request: CreateThread = parse_body(&body)?;
     let thread_id = request
         .thread_id
@@ -58,20 +63,21 @@ pub async fn create(
     };
     let new = NewThread {
         thread_id: thread_id.clone(),
-        owner: LOCAL_USER.to_owned(),
+        owner: caller.user_id.clone(),
         metadata: request.metadata,
     };
     let thread = match state.store.create_thread(new).await {
         Ok(thread) => thread,
-        Err(subflow_store::Error::ThreadExists(_)) if !raise => state
-            .store
-            .get_thread(&thread_id)
-            .await?
-            .ok_or_else(|| not_found(&thread_id))?,
         Err(subflow_store::Error::ThreadExists(_)) => {
-            return Err(ApiError::Conflict(format!(
-                "Thread {thread_id} already exists"
-            )));
+            let existing = authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
+                .await?
+                .ok_or_else(|| not_found(&thread_id))?;
+            if raise {
+                return Err(ApiError::Conflict(format!(
+                    "Thread {thread_id} already exists"
+                )));
+            }
+            existing
         }
         Err(error) => return Err(error.into()),
     };
@@ -81,12 +87,10 @@ pub async fn create(
 /// `GET /api/threads/{thread_id}`.
 pub async fn get(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    checked_thread_id(&thread_id)?;
-    let thread = state
-        .store
-        .get_thread(&thread_id)
+    let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id)
         .await?
         .ok_or_else(|| not_found(&thread_id))?;
     Ok(Json(thread_json(&state, &thread).await?))
@@ -113,8 +117,10 @@ struct SearchThreads {
 /// `POST /api/threads/search`: the caller's threads, newest first.
 pub async fn search(
     State(state): State<AppState>,
+    caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
+    caller.require(Permission::ThreadsRead)?;
     let request: SearchThreads = parse_body(&body)?;
     let status = request
         .status
@@ -126,7 +132,7 @@ pub async fn search(
         })
         .transpose()?;
     let search = ThreadSearch {
-        owner: LOCAL_USER.to_owned(),
+        owner: caller.user_id,
         metadata: request.metadata,
         status,
         limit: request.limit.unwrap_or(10).min(1000),
@@ -142,10 +148,13 @@ pub async fn search(
 /// `DELETE /api/threads/{thread_id}`: cancels its active runs, then deletes all its data.
 pub async fn delete(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
-    checked_thread_id(&thread_id)?;
-    if state.store.get_thread(&thread_id).await?.is_none() {
+    if authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
+        .await?
+        .is_none()
+    {
         return Err(not_found(&thread_id));
     }
     for run in state
@@ -180,10 +189,15 @@ fn state_json(checkpoint: &Checkpoint) -> Value {
 /// `GET …/state`: the latest checkpoint, or an empty state for a thread without one.
 pub async fn state(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    checked_thread_id(&thread_id)?;
-    let Some(checkpoint) = state.store.latest_checkpoint(&thread_id).await? else {
+    let owned = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
+    let latest = match owned {
+        Some(_) => state.store.latest_checkpoint(&thread_id).await?,
+        None => None,
+    };
+    let Some(checkpoint) = latest else {
         return Ok(Json(
             json!({"values": {"messages": []}, "next": [], "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": null}, "metadata": {}, "created_at": null, "parent_checkpoint": null, "tasks": [], "interrupts": []}),
         ));
@@ -200,12 +214,16 @@ pub struct HistoryParams {
     before: Option<Value>,
 }
 
+/// The history of `thread`, as `authorize_thread` found it: none for an unowned id.
 async fn history(
     state: &AppState,
-    thread_id: &str,
+    thread: Option<ThreadRecord>,
     params: HistoryParams,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    checked_thread_id(thread_id)?;
+    let Some(thread) = thread else {
+        return Ok(Json(Vec::new()));
+    };
+    let thread_id = thread.thread_id.as_str();
     // `before` is a checkpoint id, or a checkpoint config {checkpoint_id} as the SDKs send it.
     let before = match &params.before {
         None | Some(Value::Null) => None,
@@ -230,19 +248,23 @@ async fn history(
 /// `POST …/history` `{limit=10, before?}`: ThreadStates, newest first.
 pub async fn history_post(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
+    let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let params: HistoryParams = parse_body(&body)?;
-    history(&state, &thread_id, params).await
+    history(&state, thread, params).await
 }
 
 /// `GET …/history?limit=&before=`.
 pub async fn history_get(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
     Query(query): Query<std::collections::HashMap<String, String>>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
+    let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let limit = query
         .get("limit")
         .map(|l| {
@@ -252,5 +274,5 @@ pub async fn history_get(
         })
         .transpose()?;
     let before = query.get("before").map(|b| Value::String(b.clone()));
-    history(&state, &thread_id, HistoryParams { limit, before }).await
+    history(&state, thread, HistoryParams { limit, before }).await
 }

@@ -4,9 +4,10 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use serde::Deserialize;
 use serde_json::Value;
+use subflow_contracts::Permission;
 use subflow_contracts::messages::Message;
 
-use super::checked_thread_id;
+use crate::auth::{Caller, authorize_thread};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
 
@@ -21,12 +22,14 @@ pub struct UsageParams {
 /// The thread's usage over counted runs, with cost and context usage.
 pub async fn get(
     State(state): State<AppState>,
+    caller: Caller,
     Path(thread_id): Path<String>,
     Query(params): Query<UsageParams>,
 ) -> Result<Json<Value>, ApiError> {
-    checked_thread_id(&thread_id)?;
+    let owned = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let mut runs = Vec::new();
-    loop {
+    // An unowned thread id has no runs and no state.
+    while owned.is_some() {
         let page = state
             .store
             .list_runs(&thread_id, None, PAGE, runs.len() as u32)
@@ -53,7 +56,11 @@ pub async fn get(
                 .find(|f| f.name == m || f.model == m)
         })
         .or_else(|| state.model_facts.first());
-    let context = match state.store.latest_checkpoint(&thread_id).await {
+    let latest = match owned {
+        Some(_) => state.store.latest_checkpoint(&thread_id).await,
+        None => Ok(None),
+    };
+    let context = match latest {
         Ok(checkpoint) => {
             let messages: Vec<Message> = checkpoint
                 .and_then(|c| c.values.get("messages").cloned())

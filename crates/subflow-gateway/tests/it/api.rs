@@ -378,6 +378,14 @@ async fn cross_origin_writes_are_refused_in_local_mode() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn auth_tokens_in_event_metadata_never_leave_the_server() {
     let app = spawn_app().await;
+    app.store
+        .create_thread(subflow_store::NewThread {
+            thread_id: "t-secret".into(),
+            owner: subflow_gateway::LOCAL_USER.into(),
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
     let metadata = serde_json::Map::from_iter([
         ("auth_token".to_owned(), json!("secret")),
         ("caller".to_owned(), json!("lead_agent")),

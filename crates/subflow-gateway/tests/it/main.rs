@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use subflow_gateway::{AppState, ModelListing};
+use subflow_gateway::{AppState, AuthMode, ModelListing};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::admission::{Admission, AdmissionConfig};
 use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
@@ -13,6 +13,7 @@ use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
 
 mod api;
+mod auth;
 mod lifecycle;
 
 /// A gateway on a free loopback port.
@@ -38,6 +39,15 @@ pub async fn spawn_app() -> TestApp {
 
 /// A gateway whose scripted model paces its text by `delay_ms`, with heartbeats every `heartbeat`.
 pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
+    spawn_app_in(AuthMode::Local, delay_ms, heartbeat).await
+}
+
+/// A gateway in `auth.mode = token`: every `/api` call needs a bearer token.
+pub async fn spawn_token_app() -> TestApp {
+    spawn_app_in(AuthMode::Token, 0, Duration::from_secs(15)).await
+}
+
+async fn spawn_app_in(auth: AuthMode, delay_ms: u64, heartbeat: Duration) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
     let store: Arc<dyn Store> = Arc::new(
@@ -82,6 +92,7 @@ pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
         run_timeout: Duration::from_secs(600),
         heartbeat,
         cors_origins: vec!["http://ui.example".into()],
+        auth,
         ..AppState::new(
             runtime,
             store.clone(),

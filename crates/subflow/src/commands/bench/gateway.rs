@@ -7,13 +7,13 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::json;
 use subflow_contracts::{NewEvent, RunStatus};
-use subflow_gateway::{AppState, ModelListing};
+use subflow_gateway::{AppState, LOCAL_USER, ModelListing};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::admission::{Admission, AdmissionConfig};
 use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
 use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
-use subflow_store::{EventQuery, ModelUsage, NewRun, RunStatusUpdate, RunUsage, Store};
+use subflow_store::{EventQuery, ModelUsage, NewRun, NewThread, RunStatusUpdate, RunUsage, Store};
 use subflow_store_sqlite::SqliteStore;
 
 /// Arguments of `subflow bench gateway`.
@@ -118,8 +118,18 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 10,000 steps of one task among 20,000 in a run, and a thread of 1,000 finished runs.
+/// 10,000 steps of one task among 20,000 in a run, and a thread of 1,000 finished runs,
+/// both threads owned by the local user so the gateway serves them.
 async fn seed(store: &Arc<dyn Store>) -> anyhow::Result<()> {
+    for thread_id in ["bench", "bench-usage"] {
+        store
+            .create_thread(NewThread {
+                thread_id: thread_id.into(),
+                owner: LOCAL_USER.into(),
+                metadata: Default::default(),
+            })
+            .await?;
+    }
     let mut batch = Vec::new();
     for index in 1..=10_000u64 {
         for task in ["call_a", "call_b"] {
@@ -149,7 +159,7 @@ async fn seed(store: &Arc<dyn Store>) -> anyhow::Result<()> {
             .create_run(NewRun {
                 run_id: run_id.clone(),
                 thread_id: "bench-usage".into(),
-                owner: "default".into(),
+                owner: LOCAL_USER.into(),
                 assistant_id: "lead_agent".into(),
                 model_name: Some("scripted".into()),
                 trace_id: None,

@@ -1,0 +1,752 @@
+//! Token auth, permissions and ownership over real HTTP (SPEC §13, §2.1).
+//!
+//! The route list comes from `/api/openapi.json`, which a unit test keeps equal to the
+//! router, so a new route is covered here without editing this file; a table from the
+//! SPEC checks the document's permissions in turn.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use subflow_contracts::auth::token_digest;
+use subflow_contracts::{Permission, Permissions};
+use subflow_store::{NewToken, User};
+use time::OffsetDateTime;
+
+use crate::{TestApp, spawn_token_app};
+
+/// The permission of each route per SPEC §2.1, §6 and §7.3.
+const SPEC_PERMISSIONS: &[(&str, &str, &str)] = &[
+    ("post", "/api/threads", "threads:write"),
+    ("get", "/api/threads/{thread_id}", "threads:read"),
+    ("post", "/api/threads/search", "threads:read"),
+    ("delete", "/api/threads/{thread_id}", "threads:write"),
+    ("get", "/api/threads/{thread_id}/state", "threads:read"),
+    ("get", "/api/threads/{thread_id}/history", "threads:read"),
+    ("post", "/api/threads/{thread_id}/history", "threads:read"),
+    ("post", "/api/threads/{thread_id}/runs", "runs:write"),
+    ("post", "/api/threads/{thread_id}/runs/stream", "runs:write"),
+    ("post", "/api/threads/{thread_id}/runs/wait", "runs:write"),
+    ("get", "/api/threads/{thread_id}/runs", "runs:read"),
+    ("get", "/api/threads/{thread_id}/runs/{run_id}", "runs:read"),
+    (
+        "post",
+        "/api/threads/{thread_id}/runs/{run_id}/cancel",
+        "runs:write",
+    ),
+    (
+        "get",
+        "/api/threads/{thread_id}/runs/{run_id}/join",
+        "runs:read",
+    ),
+    (
+        "get",
+        "/api/threads/{thread_id}/runs/{run_id}/events",
+        "runs:read",
+    ),
+    (
+        "get",
+        "/api/threads/{thread_id}/token-usage",
+        "threads:read",
+    ),
+];
+
+/// A fresh well-formed token: `sf_` and 43 base64url characters.
+fn fresh_token() -> String {
+    format!("sf_{}{}", uuid::Uuid::new_v4().simple(), "Q".repeat(11))
+}
+
+async fn add_user(app: &TestApp, name: &str) -> User {
+    app.store.add_user(name).await.unwrap()
+}
+
+/// Stores a token for `user` and returns its text.
+async fn issue_with(
+    app: &TestApp,
+    user: &User,
+    permissions: Permissions,
+    expires_at: Option<OffsetDateTime>,
+) -> String {
+    let token = fresh_token();
+    app.store
+        .create_token(NewToken {
+            user_id: user.id.clone(),
+            name: None,
+            permissions,
+            expires_at,
+            digest: token_digest(&token),
+        })
+        .await
+        .unwrap();
+    token
+}
+
+/// A token of `user` with the comma-separated `permissions`.
+async fn issue(app: &TestApp, user: &User, permissions: &str) -> String {
+    issue_with(
+        app,
+        user,
+        Permissions::parse_list(permissions).unwrap(),
+        None,
+    )
+    .await
+}
+
+/// One answer, read to the end.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    headers: reqwest::header::HeaderMap,
+    text: String,
+    /// The body as JSON, or null.
+    body: Value,
+}
+
+/// Sends `method path` with an optional bearer token and JSON body.
+async fn call(
+    app: &TestApp,
+    method: &str,
+    path: &str,
+    token: Option<&str>,
+    body: Option<Value>,
+) -> Answer {
+    let method = reqwest::Method::from_bytes(method.to_uppercase().as_bytes()).unwrap();
+    let mut request = app.client.request(method, app.url(path));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Answer {
+        status,
+        headers,
+        text,
+        body,
+    }
+}
+
+/// Sends a request with a raw `Authorization` header value.
+async fn call_with_header(app: &TestApp, path: &str, authorization: &str) -> Answer {
+    let response = app
+        .client
+        .get(app.url(path))
+        .header("authorization", authorization)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let text = response.text().await.unwrap();
+    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+    Answer {
+        status,
+        headers,
+        text,
+        body,
+    }
+}
+
+fn assert_unauthorized(answer: &Answer, what: &str) {
+    assert_eq!(answer.status, 401, "{what}: {}", answer.text);
+    assert_eq!(
+        answer.body,
+        json!({"detail": "Authentication required"}),
+        "{what}"
+    );
+    assert_eq!(answer.headers["www-authenticate"], "Bearer", "{what}");
+    assert_eq!(answer.headers.get_all("x-trace-id").iter().count(), 1);
+}
+
+fn echo_run() -> Value {
+    json!({"input": {"messages": [{"role": "user", "content": "/echo hello"}]}})
+}
+
+/// One documented operation.
+#[derive(Debug, Clone)]
+struct Route {
+    method: String,
+    path: String,
+    /// No authentication at all (`security: []`).
+    public: bool,
+    /// The permission it needs; `None` when any caller may use it.
+    permission: Option<String>,
+    /// The request body schema name.
+    body: Option<String>,
+}
+
+impl Route {
+    fn name(&self) -> String {
+        format!("{} {}", self.method.to_uppercase(), self.path)
+    }
+
+    /// A body the route accepts.
+    fn request_body(&self) -> Option<Value> {
+        match self.body.as_deref() {
+            None => None,
+            Some("RunRequest") => Some(echo_run()),
+            Some(_) => Some(json!({})),
+        }
+    }
+
+    fn concrete(&self, thread_id: &str, run_id: &str) -> String {
+        self.path
+            .replace("{thread_id}", thread_id)
+            .replace("{run_id}", run_id)
+    }
+}
+
+/// Every operation of `/api/openapi.json`, which needs no token.
+async fn documented_routes(app: &TestApp) -> Vec<Route> {
+    let document = call(app, "get", "/api/openapi.json", None, None).await;
+    assert_eq!(document.status, 200, "{}", document.text);
+    let mut routes = Vec::new();
+    for (path, operations) in document.body["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            routes.push(Route {
+                method: method.clone(),
+                path: path.clone(),
+                public: operation["security"] == json!([]),
+                permission: operation["x-subflow-permission"]
+                    .as_str()
+                    .map(str::to_owned),
+                body: operation
+                    .pointer("/requestBody/content/application~1json/schema/$ref")
+                    .and_then(Value::as_str)
+                    .and_then(|r| r.rsplit('/').next())
+                    .map(str::to_owned),
+            });
+        }
+    }
+    assert!(routes.len() >= 20, "{routes:?}");
+    routes
+}
+
+/// Runs one `/echo` run on `thread_id` with `token`; returns its run id.
+async fn thread_with_run(app: &TestApp, token: &str, thread_id: &str) -> String {
+    let path = format!("/api/threads/{thread_id}/runs/wait");
+    let waited = call(app, "post", &path, Some(token), Some(echo_run())).await;
+    assert_eq!(waited.status, 200, "{}", waited.text);
+    let listed = call(
+        app,
+        "get",
+        &format!("/api/threads/{thread_id}/runs"),
+        Some(token),
+        None,
+    )
+    .await;
+    listed.body[0]["run_id"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_gives_each_route_the_permission_of_the_spec() {
+    let app = spawn_token_app().await;
+    let routes = documented_routes(&app).await;
+    for (method, path, permission) in SPEC_PERMISSIONS {
+        let route = routes
+            .iter()
+            .find(|r| r.method == *method && r.path == *path)
+            .unwrap_or_else(|| panic!("{method} {path} is documented"));
+        assert_eq!(
+            route.permission.as_deref(),
+            Some(*permission),
+            "{}",
+            route.name()
+        );
+    }
+    for route in &routes {
+        let needs_auth = route.path.starts_with("/api/") && route.path != "/api/openapi.json";
+        assert_eq!(!route.public, needs_auth, "{}", route.name());
+        if let Some(permission) = &route.permission {
+            assert!(
+                permission.parse::<Permission>().is_ok(),
+                "{}: {permission}",
+                route.name()
+            );
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_malformed_unknown_revoked_expired_and_disabled_tokens_get_401() {
+    let app = spawn_token_app().await;
+    let health = call(&app, "get", "/health", None, None).await;
+    assert_eq!(health.status, 200);
+    assert_eq!(health.body, json!({"status": "ok"}));
+
+    let ana = add_user(&app, "ana").await;
+    let good = issue(&app, &ana, "threads:read").await;
+    let search = "/api/threads/search";
+    assert_eq!(
+        call(&app, "post", search, Some(&good), Some(json!({})))
+            .await
+            .status,
+        200
+    );
+
+    for path in ["/api/models", "/api/threads/t1", "/api/nowhere"] {
+        assert_unauthorized(&call(&app, "get", path, None, None).await, path);
+    }
+    assert_unauthorized(
+        &call(&app, "post", search, None, Some(json!({}))).await,
+        "no header",
+    );
+    for (what, header) in [
+        ("wrong scheme", format!("Basic {good}")),
+        ("token scheme", format!("Token {good}")),
+        ("no scheme", good.clone()),
+        ("empty bearer", "Bearer ".to_owned()),
+        ("malformed", "Bearer sf_short".to_owned()),
+        ("not a token", format!("Bearer {}", "x".repeat(46))),
+        (
+            "digest instead of token",
+            format!("Bearer {}", token_digest(&good)),
+        ),
+        ("unknown", format!("Bearer {}", fresh_token())),
+    ] {
+        assert_unauthorized(&call_with_header(&app, "/api/models", &header).await, what);
+    }
+    assert_eq!(
+        call_with_header(&app, "/api/models", &format!("bearer {good}"))
+            .await
+            .status,
+        200,
+        "the scheme is case-insensitive"
+    );
+
+    // Revoked.
+    let revoked = issue(&app, &ana, "threads:read").await;
+    assert_eq!(
+        call(&app, "get", "/api/models", Some(&revoked), None)
+            .await
+            .status,
+        200
+    );
+    let record = app
+        .store
+        .find_token(&token_digest(&revoked))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(app.store.revoke_token(&record.token.id).await.unwrap());
+    assert_unauthorized(
+        &call(&app, "get", "/api/models", Some(&revoked), None).await,
+        "revoked",
+    );
+
+    // Expired, next to one that is not yet.
+    let read = Permissions::from_iter([Permission::ThreadsRead]);
+    let now = OffsetDateTime::now_utc();
+    let expired = issue_with(&app, &ana, read.clone(), Some(now - Duration::from_secs(1))).await;
+    assert_unauthorized(
+        &call(&app, "get", "/api/models", Some(&expired), None).await,
+        "expired",
+    );
+    let current = issue_with(&app, &ana, read, Some(now + Duration::from_secs(3600))).await;
+    assert_eq!(
+        call(&app, "get", "/api/models", Some(&current), None)
+            .await
+            .status,
+        200
+    );
+
+    // A disabled user's every token.
+    let bo = add_user(&app, "bo").await;
+    let of_bo = issue(&app, &bo, "admin").await;
+    assert_eq!(
+        call(&app, "get", "/api/models", Some(&of_bo), None)
+            .await
+            .status,
+        200
+    );
+    assert!(app.store.disable_user(&bo.id).await.unwrap());
+    assert_unauthorized(
+        &call(&app, "get", "/api/models", Some(&of_bo), None).await,
+        "disabled user",
+    );
+    assert_eq!(
+        call(&app, "get", "/api/models", Some(&good), None)
+            .await
+            .status,
+        200,
+        "other users' tokens still work"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_request_records_the_tokens_last_use() {
+    let app = spawn_token_app().await;
+    let ana = add_user(&app, "ana").await;
+    let token = issue(&app, &ana, "runs:read").await;
+    let digest = token_digest(&token);
+    let before = app.store.find_token(&digest).await.unwrap().unwrap();
+    assert_eq!(before.token.last_used_at, None);
+    assert_eq!(
+        call(&app, "get", "/api/models", Some(&token), None)
+            .await
+            .status,
+        200
+    );
+    // The write is off the request path: wait for it, boundedly.
+    let mut last_used = None;
+    for _ in 0..250 {
+        last_used = app
+            .store
+            .find_token(&digest)
+            .await
+            .unwrap()
+            .unwrap()
+            .token
+            .last_used_at;
+        if last_used.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(last_used.is_some(), "last_used_at is recorded");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_route_needs_its_permission_and_admin_holds_them_all() {
+    let app = spawn_token_app().await;
+    let ana = add_user(&app, "ana").await;
+    let admin = issue(&app, &ana, "admin").await;
+    let routes = documented_routes(&app).await;
+    let mut checked = 0;
+    for (index, route) in routes.iter().enumerate() {
+        if route.public {
+            let answer = call(&app, &route.method, &route.path, None, None).await;
+            assert_eq!(answer.status, 200, "{}: {}", route.name(), answer.text);
+            continue;
+        }
+        let fixture = |who: &str| format!("t-perm-{index}-{who}");
+        let (thread, run) = (fixture("none"), "no-run");
+        let anonymous = call(
+            &app,
+            &route.method,
+            &route.concrete(&thread, run),
+            None,
+            route.request_body(),
+        )
+        .await;
+        assert_unauthorized(&anonymous, &route.name());
+
+        let Some(needed) = &route.permission else {
+            // Any authenticated caller: a token with one unrelated permission will do.
+            let token = issue(&app, &ana, "runs:read").await;
+            let answer = call(&app, &route.method, &route.path, Some(&token), None).await;
+            assert_eq!(answer.status, 200, "{}: {}", route.name(), answer.text);
+            continue;
+        };
+        let needed: Permission = needed.parse().unwrap();
+        let all_but = Permissions::from_iter(
+            Permission::ALL
+                .iter()
+                .copied()
+                .filter(|p| *p != needed && *p != Permission::Admin),
+        );
+        let lacking = issue_with(&app, &ana, all_but, None).await;
+        let thread = fixture("lacking");
+        let run = thread_with_run(&app, &admin, &thread).await;
+        let refused = call(
+            &app,
+            &route.method,
+            &route.concrete(&thread, &run),
+            Some(&lacking),
+            route.request_body(),
+        )
+        .await;
+        assert_eq!(refused.status, 403, "{}: {}", route.name(), refused.text);
+        assert_eq!(
+            refused.body,
+            json!({"detail": format!("Permission denied: {needed}")}),
+            "{}",
+            route.name()
+        );
+
+        let only = issue(&app, &ana, needed.as_str()).await;
+        for (who, token) in [("only", &only), ("admin", &admin)] {
+            let thread = fixture(who);
+            let run = thread_with_run(&app, &admin, &thread).await;
+            let answer = call(
+                &app,
+                &route.method,
+                &route.concrete(&thread, &run),
+                Some(token),
+                route.request_body(),
+            )
+            .await;
+            assert!(
+                (200..300).contains(&answer.status),
+                "{} with {who}: {} {}",
+                route.name(),
+                answer.status,
+                answer.text
+            );
+        }
+        checked += 1;
+    }
+    assert!(
+        checked >= SPEC_PERMISSIONS.len(),
+        "{checked} routes checked"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_users_thread_is_404_on_every_route_and_nothing_of_it_leaks() {
+    let app = spawn_token_app().await;
+    let alice = add_user(&app, "alice").await;
+    let bob = add_user(&app, "bob").await;
+    let alice_token = issue(&app, &alice, "admin").await;
+    let bob_token = issue(&app, &bob, "admin").await;
+
+    let created = call(
+        &app,
+        "post",
+        "/api/threads",
+        Some(&alice_token),
+        Some(json!({"thread_id": "t-alice", "metadata": {"project": "apollo"}})),
+    )
+    .await;
+    assert_eq!(created.status, 200, "{}", created.text);
+    let alice_run = thread_with_run(&app, &alice_token, "t-alice").await;
+    let bob_run = thread_with_run(&app, &bob_token, "t-bob").await;
+
+    // Every documented thread route: 404 with exactly the not-found body.
+    let routes = documented_routes(&app).await;
+    let thread_routes: Vec<&Route> = routes
+        .iter()
+        .filter(|r| r.path.contains("{thread_id}"))
+        .collect();
+    let in_spec = SPEC_PERMISSIONS
+        .iter()
+        .filter(|(_, path, _)| path.contains("{thread_id}"))
+        .count();
+    assert!(thread_routes.len() >= in_spec, "{thread_routes:?}");
+    for route in &thread_routes {
+        let answer = call(
+            &app,
+            &route.method,
+            &route.concrete("t-alice", &alice_run),
+            Some(&bob_token),
+            route.request_body(),
+        )
+        .await;
+        assert_eq!(answer.status, 404, "{}: {}", route.name(), answer.text);
+        assert_eq!(
+            answer.body,
+            json!({"detail": "Thread t-alice not found"}),
+            "{}",
+            route.name()
+        );
+        assert!(!answer.text.contains(&alice_run), "{}", route.name());
+    }
+    // Nothing changed: alice still has her thread and exactly her one run.
+    let runs = app.store.list_runs("t-alice", None, 100, 0).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].run_id, alice_run);
+    assert_eq!(runs[0].status, subflow_contracts::RunStatus::Success);
+    let thread = call(
+        &app,
+        "get",
+        "/api/threads/t-alice",
+        Some(&alice_token),
+        None,
+    )
+    .await;
+    assert_eq!(thread.status, 200);
+    assert_eq!(thread.body["metadata"], json!({"project": "apollo"}));
+
+    // Creating a thread with alice's id is 404 too, whatever if_exists says.
+    for if_exists in ["raise", "do_nothing"] {
+        let answer = call(
+            &app,
+            "post",
+            "/api/threads",
+            Some(&bob_token),
+            Some(json!({"thread_id": "t-alice", "if_exists": if_exists})),
+        )
+        .await;
+        assert_eq!(answer.status, 404, "{if_exists}: {}", answer.text);
+        assert_eq!(answer.body, json!({"detail": "Thread t-alice not found"}));
+    }
+    let own_again = call(
+        &app,
+        "post",
+        "/api/threads",
+        Some(&alice_token),
+        Some(json!({"thread_id": "t-alice"})),
+    )
+    .await;
+    assert_eq!(own_again.status, 409, "the owner still gets the conflict");
+
+    // Search shows only the caller's threads, whatever the filter.
+    let bob_search = call(
+        &app,
+        "post",
+        "/api/threads/search",
+        Some(&bob_token),
+        Some(json!({"limit": 100})),
+    )
+    .await;
+    let ids: Vec<&str> = bob_search
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["thread_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["t-bob"]);
+    let filtered = call(
+        &app,
+        "post",
+        "/api/threads/search",
+        Some(&bob_token),
+        Some(json!({"metadata": {"project": "apollo"}})),
+    )
+    .await;
+    assert_eq!(filtered.body, json!([]));
+    assert!(!bob_search.text.contains("t-alice"));
+
+    // Alice's run id under bob's own thread finds nothing of hers.
+    let scoped = |suffix: &str| format!("/api/threads/t-bob/runs/{alice_run}{suffix}");
+    let get = call(&app, "get", &scoped(""), Some(&bob_token), None).await;
+    assert_eq!(get.status, 404);
+    assert_eq!(
+        get.body,
+        json!({"detail": format!("Run {alice_run} not found")})
+    );
+    let events = call(&app, "get", &scoped("/events"), Some(&bob_token), None).await;
+    assert_eq!((events.status, events.body), (200, json!([])));
+    assert_eq!(
+        call(&app, "get", &scoped("/join"), Some(&bob_token), None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(
+        call(&app, "post", &scoped("/cancel"), Some(&bob_token), None)
+            .await
+            .status,
+        404
+    );
+    let own = call(
+        &app,
+        "get",
+        &format!("/api/threads/t-bob/runs/{bob_run}"),
+        Some(&bob_token),
+        None,
+    )
+    .await;
+    assert_eq!(own.status, 200, "bob's own run is there");
+
+    // A bad id is 422, never 404 or 403.
+    let bad = call(&app, "get", "/api/threads/bad%20id", Some(&bob_token), None).await;
+    assert_eq!(bad.status, 422, "{}", bad.text);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_thread_reads_empty_and_a_run_makes_it_the_callers() {
+    let app = spawn_token_app().await;
+    let alice = add_user(&app, "alice").await;
+    let bob = add_user(&app, "bob").await;
+    let alice_token = issue(&app, &alice, "admin").await;
+    let bob_token = issue(&app, &bob, "admin").await;
+    let read = |path: &'static str| {
+        let token = bob_token.clone();
+        let app = &app;
+        async move { call(app, "get", path, Some(&token), None).await }
+    };
+    let thread = read("/api/threads/t-new").await;
+    assert_eq!(thread.status, 404);
+    assert_eq!(thread.body, json!({"detail": "Thread t-new not found"}));
+    let state = read("/api/threads/t-new/state").await;
+    assert_eq!(state.status, 200);
+    assert_eq!(state.body["values"], json!({"messages": []}));
+    assert_eq!(read("/api/threads/t-new/history").await.body, json!([]));
+    assert_eq!(read("/api/threads/t-new/runs").await.body, json!([]));
+    assert_eq!(
+        read("/api/threads/t-new/runs/r1/events").await.body,
+        json!([])
+    );
+    let usage = read("/api/threads/t-new/token-usage").await;
+    assert_eq!(usage.status, 200);
+    assert_eq!(usage.body["total_runs"], 0);
+    assert_eq!(read("/api/threads/t-new/runs/r1").await.status, 404);
+
+    // Bob's run creates the thread for bob; alice then finds nothing there.
+    let streamed = call(
+        &app,
+        "post",
+        "/api/threads/t-new/runs/stream",
+        Some(&bob_token),
+        Some(echo_run()),
+    )
+    .await;
+    assert_eq!(streamed.status, 200, "{}", streamed.text);
+    assert!(streamed.text.contains("event: end"));
+    let owner = app.store.get_thread("t-new").await.unwrap().unwrap().owner;
+    assert_eq!(owner, bob.id);
+    let runs = app.store.list_runs("t-new", None, 10, 0).await.unwrap();
+    assert_eq!(runs.len(), 1);
+    assert_eq!(runs[0].owner, bob.id);
+    let by_alice = call(
+        &app,
+        "get",
+        "/api/threads/t-new/runs",
+        Some(&alice_token),
+        None,
+    )
+    .await;
+    assert_eq!(by_alice.status, 404);
+    let rerun = call(
+        &app,
+        "post",
+        "/api/threads/t-new/runs/wait",
+        Some(&alice_token),
+        Some(echo_run()),
+    )
+    .await;
+    assert_eq!(rerun.status, 404, "{}", rerun.text);
+    assert_eq!(
+        app.store
+            .list_runs("t-new", None, 10, 0)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    let events = app
+        .store
+        .list_events(&subflow_store::EventQuery::run("t-new", &runs[0].run_id))
+        .await
+        .unwrap();
+    assert!(!events.is_empty());
+    assert!(
+        events
+            .iter()
+            .all(|e| e.user_id.as_deref() == Some(bob.id.as_str())),
+        "events carry the caller as their user"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_mode_does_not_check_the_origin_of_writes() {
+    let app = spawn_token_app().await;
+    let ana = add_user(&app, "ana").await;
+    let token = issue(&app, &ana, "threads:write").await;
+    let response = app
+        .client
+        .post(app.url("/api/threads"))
+        .bearer_auth(&token)
+        .header("origin", "http://elsewhere.example")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
