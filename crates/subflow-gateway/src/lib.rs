@@ -1,6 +1,7 @@
 //! The HTTP gateway: the LangGraph-compatible runs API with SSE framing (SPEC §2), the
 //! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), `/health`, and one
-//! `X-Trace-Id` on every response (SPEC §8.1).
+//! `X-Trace-Id` on every response (SPEC §8.1). Every `/api` route has a caller, a
+//! permission and, for thread routes, an ownership check (`auth`, SPEC §13).
 //!
 //! This is the only crate that knows HTTP status codes, headers and SSE framing. It
 //! reaches runs through `subflow-runtime` and storage through the `subflow-store`
@@ -9,6 +10,7 @@
 // The OpenAPI document is one large `json!` literal.
 #![recursion_limit = "256"]
 
+pub mod auth;
 mod error;
 mod openapi;
 mod origin;
@@ -27,6 +29,7 @@ use axum::routing::{get, post};
 use subflow_runtime::runtime::Runtime;
 use subflow_store::Store;
 
+pub use auth::{AuthMode, Caller};
 pub use error::ApiError;
 
 /// A model as `/api/models` lists it.
@@ -81,13 +84,15 @@ pub struct AppState {
     pub active: ActiveRuns,
     /// `server.cors_origins`: origins besides the gateway's own that may change state.
     pub cors_origins: Vec<String>,
+    /// `auth.mode`: the implicit local user, or bearer tokens.
+    pub auth: AuthMode,
     /// `web.enabled`: serve the embedded web workspace at `/`.
     pub web_enabled: bool,
 }
 
 impl AppState {
     /// The state with the defaults of SPEC §1.2: token usage shown, no prices, a one-hour
-    /// run timeout, heartbeats every 15 s, no extra CORS origins.
+    /// run timeout, heartbeats every 15 s, no extra CORS origins, `local` auth.
     pub fn new(runtime: Runtime, store: Arc<dyn Store>, models: Vec<ModelListing>) -> Self {
         AppState {
             runtime,
@@ -99,6 +104,7 @@ impl AppState {
             heartbeat: Duration::from_secs(15),
             active: ActiveRuns::default(),
             cors_origins: Vec::new(),
+            auth: AuthMode::Local,
             web_enabled: true,
         }
     }
@@ -140,7 +146,7 @@ impl ActiveRuns {
     }
 }
 
-/// The implicit user of `auth.mode = local` (SPEC §13).
+/// The implicit user of `auth.mode = local` (SPEC §13), and the owner of what it creates.
 pub const LOCAL_USER: &str = "default";
 
 /// Every route, with the trace-id layer outermost so errors carry the header too.
@@ -203,6 +209,10 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             origin::refuse_cross_origin,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
         ))
         .layer(axum::middleware::from_fn(trace::trace_id))
         .with_state(state)

@@ -13,7 +13,7 @@ use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
 
 use super::config::ConfigArgs;
-use crate::config::Config;
+use crate::config::{AuthMode, Config};
 use crate::storage::{data_dir, redact};
 
 /// Arguments of `subflow serve`.
@@ -134,6 +134,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
         active: Default::default(),
         cors_origins: config.server.cors_origins.clone(),
+        auth: match config.auth.mode {
+            AuthMode::Local => subflow_gateway::AuthMode::Local,
+            AuthMode::Token => subflow_gateway::AuthMode::Token,
+        },
         web_enabled: config.web.enabled,
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
