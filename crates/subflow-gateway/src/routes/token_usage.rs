@@ -11,8 +11,9 @@ use crate::auth::{Caller, authorize_thread};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
 
-/// Runs read per page while summing a thread.
-const PAGE: u32 = 500;
+/// Runs read per page while summing a thread: large enough that a thread of a few
+/// thousand runs takes one query, bounded so a huge thread does not load at once.
+const PAGE: u32 = 5_000;
 
 #[derive(Debug, Deserialize)]
 pub struct UsageParams {
