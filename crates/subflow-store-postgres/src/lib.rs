@@ -2,7 +2,8 @@
 //! state checkpoints in one database shared by many `serve` and `worker` processes
 //! (SPEC §1.2). A thread's `seq` values are allocated under a transaction advisory
 //! lock on the thread id, so any number of processes may append to the same thread
-//! concurrently (SPEC §5.1).
+//! concurrently (SPEC §5.1). Run stream logs, run leases and cancel requests live here
+//! too, announced to every process with `NOTIFY` (SPEC §2.5, §2.6).
 //!
 //! This crate implements the `subflow-store` traits and nothing else: it holds no
 //! business rules beyond the reference semantics of `MemoryStore`, reads no
@@ -13,6 +14,7 @@ mod auth;
 mod checkpoints;
 mod events;
 mod records;
+mod streams;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

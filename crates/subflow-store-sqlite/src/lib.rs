@@ -35,12 +35,14 @@ use tokio::task::{block_in_place, spawn_blocking};
 use uuid::Uuid;
 
 mod auth;
+mod streams;
 
 /// The embedded migrations, in order. `PRAGMA user_version` holds how many are applied.
 const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0001_init.sql"),
     include_str!("../migrations/0002_checkpoints.sql"),
     include_str!("../migrations/0003_auth.sql"),
+    include_str!("../migrations/0004_streams.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.
@@ -65,6 +67,8 @@ struct Inner {
     writer: Mutex<Option<Connection>>,
     /// Read-only connections; `None` for an in-memory database, read through the writer.
     readers: Option<Arc<Readers>>,
+    /// Announces stream appends and cancel requests to listeners in this process.
+    notices: subflow_store::streams::LocalNotices,
 }
 
 /// Locks `mutex`, recovering it from poisoning: a panic in an earlier call has
@@ -231,6 +235,7 @@ impl SqliteStore {
                 inner: Arc::new(Inner {
                     writer: Mutex::new(Some(writer)),
                     readers,
+                    notices: Default::default(),
                 }),
             })
         })

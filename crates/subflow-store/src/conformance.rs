@@ -19,6 +19,7 @@ use subflow_contracts::{
 use uuid::Uuid;
 
 pub mod auth;
+pub mod streams;
 
 use crate::{
     Checkpoint, Error, EventQuery, EventStore, ModelUsage, NewCheckpoint, NewRun, NewThread,
@@ -82,6 +83,7 @@ macro_rules! conformance_tests {
             identical_checkpoint_histories_give_identical_results,
         );
         $crate::auth_conformance_tests!($factory);
+        $crate::stream_conformance_tests!($factory);
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {
         $(

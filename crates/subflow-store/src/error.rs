@@ -34,6 +34,12 @@ pub enum Error {
     /// A run id that already exists.
     #[error("Run {0} already exists")]
     RunExists(String),
+    /// A run id that names no run (of the given thread).
+    #[error("Run {0} not found")]
+    RunNotFound(String),
+    /// Stream frames that cannot be appended: bad ids or event names, or a hole in the log.
+    #[error("invalid stream frames: {0}")]
+    InvalidFrame(String),
     /// A user name outside 1–64 characters from `A-Z a-z 0-9 . _ @ -`.
     #[error(
         "invalid user name '{0}': expected 1-64 characters from A-Z, a-z, 0-9, '.', '_', '@' and '-'"

@@ -19,6 +19,7 @@ pub mod buffer;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod spill;
+pub mod streams;
 
 pub use auth::{AuthStore, NewToken, TokenOwner, TokenRecord, User};
 pub use checkpoints::{Checkpoint, CheckpointStore, NewCheckpoint};
@@ -29,10 +30,14 @@ pub use records::{
     ModelUsage, NewRun, NewThread, RecordStore, RunRecord, RunStatusUpdate, RunUsage, ThreadRecord,
     ThreadSearch,
 };
+pub use streams::{
+    FrameBatch, NewFrame, OrphanScope, OrphanedRun, RecoveredRun, StreamFrame, StreamLog,
+    StreamNotice, StreamNotices, StreamStore,
+};
 pub use validate::{now_rfc3339, rfc3339, validate_batch};
 
 /// Everything a backend provides: run events, thread and run records, checkpoints,
-/// users and tokens.
-pub trait Store: EventStore + RecordStore + CheckpointStore + AuthStore {}
+/// users and tokens, run stream logs and leases.
+pub trait Store: EventStore + RecordStore + CheckpointStore + AuthStore + StreamStore {}
 
-impl<T: EventStore + RecordStore + CheckpointStore + AuthStore> Store for T {}
+impl<T: EventStore + RecordStore + CheckpointStore + AuthStore + StreamStore> Store for T {}

@@ -21,6 +21,8 @@ pub struct MemoryStore {
     inner: Mutex<Inner>,
     /// Users and tokens, under a lock of their own.
     pub(crate) auth: crate::auth::MemoryAuth,
+    /// Stream logs, run leases and cancel requests, locked after `inner`.
+    pub(crate) streams: crate::streams::MemoryStreams,
 }
 
 #[derive(Debug, Default)]
@@ -48,6 +50,11 @@ impl MemoryStore {
         self.inner
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Runs `work` on the run records under the store's lock.
+    pub(crate) fn with_runs<T>(&self, work: impl FnOnce(&mut Vec<RunRecord>) -> T) -> T {
+        work(&mut self.lock().runs)
     }
 }
 
@@ -183,6 +190,13 @@ impl RecordStore for MemoryStore {
         let inner = &mut *inner;
         let before = inner.threads.len();
         inner.threads.retain(|t| t.thread_id != thread_id);
+        let deleted_runs: Vec<String> = inner
+            .runs
+            .iter()
+            .filter(|r| r.thread_id == thread_id)
+            .map(|r| r.run_id.clone())
+            .collect();
+        self.streams.forget(&deleted_runs);
         inner.runs.retain(|r| r.thread_id != thread_id);
         inner.checkpoints.retain(|c| c.thread_id != thread_id);
         if let Some(rows) = inner.events.remove(thread_id) {
@@ -265,6 +279,9 @@ impl RecordStore for MemoryStore {
         inner
             .runs
             .retain(|r| !(r.run_id == run_id && r.thread_id == thread_id));
+        if inner.runs.len() != before {
+            self.streams.forget(&[run_id.to_owned()]);
+        }
         if let Some(rows) = inner.events.get_mut(thread_id) {
             rows.retain(|row| {
                 let keep = row.run_id != run_id;
