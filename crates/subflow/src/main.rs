@@ -37,6 +37,12 @@ enum Command {
     /// Print the documented default configuration, or check a configuration.
     #[command(subcommand)]
     Config(commands::config::ConfigCommand),
+    /// Add, list and disable users (direct database administration).
+    #[command(subcommand)]
+    Users(commands::users::UsersCommand),
+    /// Create, list and revoke API tokens (direct database administration).
+    #[command(subcommand)]
+    Tokens(commands::tokens::TokensCommand),
     /// Measure subflow's speed against a baseline taken in the same run.
     #[command(subcommand)]
     Bench(commands::bench::Bench),
@@ -71,6 +77,8 @@ fn main() -> ExitCode {
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Version => commands::version::run(),
             Command::Config(command) => commands::config::run(command),
+            Command::Users(command) => commands::users::run(command).await,
+            Command::Tokens(command) => commands::tokens::run(command).await,
             Command::Bench(bench) => commands::bench::run(bench).await,
         }
     });

@@ -71,6 +71,14 @@ impl Backend {
             Backend::Postgres(store) => Arc::new(store.clone()),
         }
     }
+
+    /// Closes the connections; SQLite folds its write-ahead log back into the file.
+    pub async fn close(&self) {
+        match self {
+            Backend::Sqlite(store) => store.close().await,
+            Backend::Postgres(store) => store.pool().close().await,
+        }
+    }
 }
 
 /// The data directory: beside the SQLite file, else the working directory.

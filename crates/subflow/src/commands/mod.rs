@@ -1,9 +1,12 @@
 //! One module per command.
 
+pub mod admin;
 pub mod bench;
 pub mod config;
 pub mod migrate;
 pub mod serve;
+pub mod tokens;
+pub mod users;
 pub mod version;
 
 use clap::Args as ClapArgs;

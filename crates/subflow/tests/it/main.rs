@@ -1,5 +1,6 @@
 //! System tests of the `subflow` binary and the repository rules.
 
+mod admin;
 mod cli;
 mod config;
 mod sdk;
