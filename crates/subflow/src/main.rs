@@ -30,6 +30,10 @@ struct Cli {
 enum Command {
     /// Migrate the database and start the gateway.
     Serve(commands::serve::Args),
+    /// Follow a run's task cards live (SUBFLOW_URL, SUBFLOW_TOKEN).
+    Tail(commands::tail::Args),
+    /// Print a thread's token usage and cost (SUBFLOW_URL, SUBFLOW_TOKEN).
+    Usage(commands::usage::Args),
     /// Apply the embedded migrations to the database.
     Migrate(commands::migrate::Args),
     /// Print the binary and contract versions.
@@ -74,6 +78,8 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => commands::serve::run(args).await,
+            Command::Tail(args) => commands::tail::run(args).await,
+            Command::Usage(args) => commands::usage::run(args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Version => commands::version::run(),
             Command::Config(command) => commands::config::run(command),
@@ -85,6 +91,10 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
+            if let Some(exit) = error.downcast_ref::<commands::Exit>() {
+                eprintln!("subflow: {}", exit.message);
+                return ExitCode::from(exit.code);
+            }
             eprintln!("subflow: {error:#}");
             let usage = error.downcast_ref::<storage::UnsupportedUrl>().is_some()
                 || error.downcast_ref::<commands::UsageError>().is_some()

@@ -2,14 +2,37 @@
 
 pub mod admin;
 pub mod bench;
+pub mod client;
 pub mod config;
 pub mod migrate;
 pub mod serve;
+pub mod tail;
+pub mod usage;
 pub mod tokens;
 pub mod users;
 pub mod version;
 
 use clap::Args as ClapArgs;
+
+/// Ends the command with a chosen exit code (SPEC §1.1) after printing its message.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct Exit {
+    /// The process exit code.
+    pub code: u8,
+    /// What to tell the user on stderr.
+    pub message: String,
+}
+
+impl Exit {
+    /// An exit with `code` and `message`.
+    pub fn new(code: u8, message: impl Into<String>) -> Self {
+        Exit {
+            code,
+            message: message.into(),
+        }
+    }
+}
 
 /// A command-line value that is out of range; exits with code 2.
 #[derive(Debug, thiserror::Error)]

@@ -2,6 +2,7 @@
 
 mod admin;
 mod cli;
+mod client;
 mod config;
 mod sdk;
 mod tidy;

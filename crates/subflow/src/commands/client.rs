@@ -1,0 +1,139 @@
+//! The HTTP client of the client commands (`tail`, `usage`): the gateway at `SUBFLOW_URL`
+//! (default `http://127.0.0.1:8001`), with `Authorization: Bearer $SUBFLOW_TOKEN` when the
+//! variable is set (SPEC §1.1, §13).
+
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use serde_json::Value;
+
+/// Where the gateway is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClientArgs {
+    /// The gateway's base URL.
+    #[arg(long, env = "SUBFLOW_URL", default_value = "http://127.0.0.1:8001")]
+    pub url: String,
+}
+
+/// A gateway client.
+#[derive(Debug, Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+/// A response the gateway refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{method} {path}: HTTP {status}: {detail}")]
+pub struct HttpError {
+    /// The method.
+    pub method: &'static str,
+    /// The path asked for.
+    pub path: String,
+    /// The status code.
+    pub status: u16,
+    /// The gateway's `detail`, or the body.
+    pub detail: String,
+}
+
+impl Client {
+    /// A client for `args.url`, with the token from `SUBFLOW_TOKEN` if it is set.
+    pub fn new(args: &ClientArgs) -> anyhow::Result<Client> {
+        let token = std::env::var("SUBFLOW_TOKEN")
+            .ok()
+            .map(|token| token.trim().to_owned())
+            .filter(|token| !token.is_empty());
+        let http = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .context("building the HTTP client")?;
+        Ok(Client {
+            http,
+            base: args.url.trim_end_matches('/').to_owned(),
+            token,
+        })
+    }
+
+    fn get(&self, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.get(format!("{}{path}", self.base));
+        match &self.token {
+            Some(token) => request.bearer_auth(token),
+            None => request,
+        }
+    }
+
+    /// Sends a GET; non-2xx answers become [`HttpError`].
+    async fn send(
+        &self,
+        path: &str,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<reqwest::Response> {
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the gateway at {}", self.base))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body = response.text().await.unwrap_or_default();
+        let detail = serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v.get("detail").and_then(Value::as_str).map(str::to_owned))
+            .unwrap_or(body);
+        let detail = if status.as_u16() == 401 {
+            format!("{detail} (set SUBFLOW_TOKEN to a token from `subflow tokens create`)")
+        } else {
+            detail
+        };
+        Err(anyhow!(HttpError {
+            method: "GET",
+            path: path.to_owned(),
+            status: status.as_u16(),
+            detail,
+        }))
+    }
+
+    /// The text of a GET.
+    pub async fn get_text(&self, path: &str) -> anyhow::Result<String> {
+        let request = self.get(path).timeout(Duration::from_secs(60));
+        let response = self.send(path, request).await?;
+        response
+            .text()
+            .await
+            .with_context(|| format!("reading GET {path}"))
+    }
+
+    /// The JSON of a GET.
+    pub async fn get_json(&self, path: &str) -> anyhow::Result<Value> {
+        let text = self.get_text(path).await?;
+        serde_json::from_str(&text).with_context(|| format!("GET {path} did not answer JSON"))
+    }
+
+    /// Opens an SSE stream, resuming after `last_event_id` when given.
+    pub async fn stream(
+        &self,
+        path: &str,
+        last_event_id: Option<&str>,
+    ) -> anyhow::Result<reqwest::Response> {
+        let mut request = self.get(path).header("Accept", "text/event-stream");
+        if let Some(id) = last_event_id {
+            request = request.header("Last-Event-ID", id);
+        }
+        self.send(path, request).await
+    }
+}
+
+/// `encodeURIComponent` for path segments and query values.
+pub fn encode(text: &str) -> String {
+    let mut encoded = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-_.~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    encoded
+}

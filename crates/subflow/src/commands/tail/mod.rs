@@ -1,0 +1,363 @@
+//! `subflow tail THREAD [--run RUN] [--json]` (SPEC §15.2): follows a run's stream (modes
+//! `custom` and `values`) and shows one card per task with the §14.1 rules, redrawn in
+//! place on a terminal, else one JSON line per card change. It reconnects with
+//! `Last-Event-ID` and recovers from `gap` by reloading the state and the steps.
+//! Exit codes: 0 for a successful run, 1 for an error or timeout, 130 when the run or the
+//! command was interrupted.
+
+mod board;
+mod sse;
+
+use std::collections::{HashMap, HashSet};
+use std::io::{IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use serde_json::Value;
+use subflow_contracts::ids::is_valid_thread_id;
+use subflow_contracts::task_card;
+
+use super::client::{Client, ClientArgs, encode};
+use super::{Exit, UsageError};
+use board::Board;
+use sse::SseDecoder;
+
+/// Consecutive `gap` recoveries before giving up (SPEC §14.1).
+const MAX_GAPS: u32 = 5;
+/// Consecutive failed reconnects before giving up.
+const MAX_RECONNECTS: u32 = 5;
+
+/// Arguments of `subflow tail`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The thread whose run to follow.
+    thread: String,
+    /// The run to follow; by default the thread's active run, else its latest.
+    #[arg(long)]
+    run: Option<String>,
+    /// Print one JSON line per card change, also on a terminal.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// How a stream response ended.
+enum Outcome {
+    /// `end`: the run is over.
+    End,
+    /// `gap`: frames after the cursor were pruned.
+    Gap(Value),
+    /// The body closed, or the connection broke, before `end`.
+    Closed,
+}
+
+/// Where cards go: a terminal redrawn in place, or JSON lines.
+struct Screen {
+    json: bool,
+    width: usize,
+    drawn: usize,
+    printed: HashMap<String, Value>,
+    last_lines: Vec<String>,
+}
+
+impl Screen {
+    fn show(&mut self, board: &Board) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        if self.json {
+            for (id, record) in board.records() {
+                if self.printed.get(&id) != Some(&record) {
+                    writeln!(out, "{record}")?;
+                    self.printed.insert(id, record);
+                }
+            }
+            return out.flush();
+        }
+        let lines = board.lines(self.width);
+        if lines == self.last_lines {
+            return Ok(());
+        }
+        // Back to the top of the previous drawing, clear it, draw again.
+        if self.drawn > 0 {
+            write!(out, "\x1b[{}F\x1b[J", self.drawn)?;
+        }
+        for line in &lines {
+            writeln!(out, "{line}")?;
+        }
+        self.drawn = lines.len();
+        self.last_lines = lines;
+        out.flush()
+    }
+}
+
+struct Tail {
+    client: Client,
+    thread: String,
+    run: String,
+    board: Board,
+    screen: Screen,
+    last_event_id: Option<String>,
+    error: Option<String>,
+    /// Cards whose steps were read from `/events`, so they are read once.
+    backfilled: HashSet<String>,
+}
+
+impl Tail {
+    fn stream_path(&self) -> String {
+        format!(
+            "/api/threads/{}/runs/{}/stream?stream_mode=custom&stream_mode=values",
+            encode(&self.thread),
+            encode(&self.run)
+        )
+    }
+
+    /// Reads one response of the stream, showing changes as frames arrive.
+    async fn consume(&mut self, mut response: reqwest::Response) -> anyhow::Result<Outcome> {
+        let mut decoder = SseDecoder::default();
+        loop {
+            let chunk = match response.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => return Ok(Outcome::Closed),
+                Err(error) => {
+                    tracing::debug!(%error, "the run's stream broke");
+                    return Ok(Outcome::Closed);
+                }
+            };
+            for frame in decoder.push(&chunk) {
+                if let Some(id) = frame.id {
+                    self.last_event_id = Some(id);
+                }
+                match frame.event.as_str() {
+                    "values" => self.board.apply_values(&frame.data),
+                    "custom" => self.board.apply_task_event(&frame.data),
+                    "error" => {
+                        self.error = frame
+                            .data
+                            .get("message")
+                            .and_then(Value::as_str)
+                            .map(str::to_owned);
+                    }
+                    "end" => return Ok(Outcome::End),
+                    "gap" => return Ok(Outcome::Gap(frame.data)),
+                    _ => {}
+                }
+            }
+            self.backfill_settled().await?;
+            self.screen.show(&self.board)?;
+        }
+    }
+
+    /// Every step of a task from `/events`, paged by `after_seq` (SPEC §14.1).
+    async fn fetch_steps(&self, id: &str) -> anyhow::Result<Vec<task_card::Step>> {
+        let mut steps = Vec::new();
+        let mut after_seq = None;
+        for pages in 1.. {
+            let path = task_card::backfill_path(&self.thread, &self.run, id, after_seq);
+            let records = self.client.get_json(&path).await?;
+            steps.extend(task_card::backfill_steps(&records, id));
+            let next = task_card::backfill_next(&records, pages, task_card::BACKFILL_LIMIT);
+            if next.done {
+                break;
+            }
+            after_seq = next.after_seq;
+        }
+        Ok(steps)
+    }
+
+    /// Steps of answered cards that the stream carried none of: a run started without
+    /// `custom` has no task events in its log, but its steps are always persisted.
+    async fn backfill_settled(&mut self) -> anyhow::Result<()> {
+        for id in self.board.settled_without_steps() {
+            if self.backfilled.insert(id.clone()) {
+                let steps = self.fetch_steps(&id).await?;
+                self.board.apply_steps(&id, steps);
+            }
+        }
+        Ok(())
+    }
+
+    /// SPEC §14.1 gap recovery: live task state is cleared, the state reloaded and backfilled.
+    async fn recover(&mut self) -> anyhow::Result<()> {
+        self.board.reset_live();
+        let state = self
+            .client
+            .get_json(&format!("/api/threads/{}/state", encode(&self.thread)))
+            .await?;
+        self.board.apply_values(&state["values"]);
+        for id in self.board.shown_ids() {
+            let steps = self.fetch_steps(&id).await?;
+            self.board.apply_steps(&id, steps);
+        }
+        self.screen.show(&self.board)?;
+        Ok(())
+    }
+
+    /// Follows the stream to `end`, reconnecting and recovering as SPEC §2.5 and §14.1 say.
+    async fn follow(&mut self) -> anyhow::Result<()> {
+        let (mut gaps, mut failures) = (0, 0);
+        loop {
+            let response = self
+                .client
+                .stream(&self.stream_path(), self.last_event_id.as_deref())
+                .await;
+            let outcome = match response {
+                Ok(response) => {
+                    let before = self.last_event_id.clone();
+                    let outcome = self.consume(response).await?;
+                    if self.last_event_id != before {
+                        failures = 0;
+                    }
+                    outcome
+                }
+                Err(error) if failures < MAX_RECONNECTS && !is_refusal(&error) => {
+                    tracing::debug!(%error, "cannot open the run's stream");
+                    Outcome::Closed
+                }
+                Err(error) => return Err(error),
+            };
+            match outcome {
+                Outcome::End => return Ok(()),
+                Outcome::Gap(gap) => {
+                    gaps += 1;
+                    if gaps > MAX_GAPS {
+                        bail!("the run's stream kept losing frames ({MAX_GAPS} gaps in a row)");
+                    }
+                    eprintln!("subflow: frames were pruned; reloading the run's state");
+                    self.recover().await?;
+                    self.last_event_id = gap
+                        .get("latest_available_event_id")
+                        .map(|id| match id {
+                            Value::String(id) => id.clone(),
+                            other => other.to_string(),
+                        })
+                        .or(self.last_event_id.take());
+                }
+                Outcome::Closed => {
+                    gaps = 0;
+                    failures += 1;
+                    if failures > MAX_RECONNECTS {
+                        bail!("lost the run's stream {MAX_RECONNECTS} times in a row");
+                    }
+                    eprintln!("subflow: reconnecting to the run's stream");
+                    tokio::time::sleep(Duration::from_millis(250 << failures.min(4))).await;
+                }
+            }
+        }
+    }
+}
+
+/// A 4xx answer: retrying will not help.
+fn is_refusal(error: &anyhow::Error) -> bool {
+    error
+        .downcast_ref::<super::client::HttpError>()
+        .is_some_and(|e| (400..500).contains(&e.status))
+}
+
+/// The run to follow: the given one, else the thread's active run, else its latest.
+async fn pick_run(client: &Client, thread: &str, run: Option<String>) -> anyhow::Result<String> {
+    if let Some(run) = run {
+        return Ok(run);
+    }
+    let runs = client
+        .get_json(&format!("/api/threads/{}/runs?limit=100", encode(thread)))
+        .await?;
+    let runs = runs.as_array().cloned().unwrap_or_default();
+    let active = runs.iter().find(|run| {
+        matches!(
+            run.get("status").and_then(Value::as_str),
+            Some("running" | "pending")
+        )
+    });
+    active
+        .or(runs.first())
+        .and_then(|run| run.get("run_id").and_then(Value::as_str))
+        .map(str::to_owned)
+        .with_context(|| format!("thread {thread} has no runs"))
+}
+
+/// Runs `subflow tail`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    if !is_valid_thread_id(&args.thread) {
+        return Err(UsageError(format!(
+            "invalid thread id '{}': expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'",
+            args.thread
+        ))
+        .into());
+    }
+    let client = Client::new(&args.client)?;
+    let thread = args.thread;
+    let models = client.get_json("/api/models").await?;
+    let run = pick_run(&client, &thread, args.run).await?;
+    let latest = client
+        .get_json(&format!("/api/threads/{}/runs?limit=1", encode(&thread)))
+        .await?;
+    let mut board = Board::new(&models);
+    // The thread's state shows the latest run's turn before any frame arrives, and is
+    // all there is when that run's stream log was pruned.
+    if latest.pointer("/0/run_id").and_then(Value::as_str) == Some(run.as_str()) {
+        let state = client
+            .get_json(&format!("/api/threads/{}/state", encode(&thread)))
+            .await?;
+        board.apply_values(&state["values"]);
+    }
+    let terminal = std::io::stdout().is_terminal();
+    let width = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(100usize)
+        .max(20);
+    let mut tail = Tail {
+        client,
+        thread,
+        run,
+        board,
+        screen: Screen {
+            json: args.json || !terminal,
+            width,
+            drawn: 0,
+            printed: HashMap::new(),
+            last_lines: Vec::new(),
+        },
+        last_event_id: None,
+        error: None,
+        backfilled: HashSet::new(),
+    };
+    eprintln!(
+        "subflow: following run {} of thread {}",
+        tail.run, tail.thread
+    );
+    tail.screen.show(&tail.board)?;
+    tokio::select! {
+        followed = tail.follow() => followed?,
+        _ = tokio::signal::ctrl_c() => return Err(Exit::new(130, "interrupted").into()),
+    }
+    tail.board.end_turn();
+    tail.backfill_settled().await?;
+    tail.screen.show(&tail.board)?;
+    let record = tail
+        .client
+        .get_json(&format!(
+            "/api/threads/{}/runs/{}",
+            encode(&tail.thread),
+            encode(&tail.run)
+        ))
+        .await?;
+    let status = record
+        .get("status")
+        .and_then(Value::as_str)
+        .unwrap_or("unknown");
+    let detail = tail
+        .error
+        .as_deref()
+        .or(record.get("error").and_then(Value::as_str))
+        .map(|error| format!(": {error}"))
+        .unwrap_or_default();
+    match status {
+        "success" => {
+            eprintln!("subflow: run {} ended: success", tail.run);
+            Ok(())
+        }
+        "interrupted" => Err(Exit::new(130, format!("run {} was interrupted", tail.run)).into()),
+        other => Err(Exit::new(1, format!("run {} ended: {other}{detail}", tail.run)).into()),
+    }
+}

@@ -1,0 +1,208 @@
+//! `subflow usage THREAD [--json]` (SPEC §15.2): a thread's token usage and cost from
+//! `GET /api/threads/{id}/token-usage` — totals, `by_caller`, `by_model` with a cost
+//! column, the cost total and currency, and the context usage. `--json` prints the
+//! response unchanged.
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+use subflow_contracts::ids::is_valid_thread_id;
+
+use super::UsageError;
+use super::client::{Client, ClientArgs, encode};
+
+/// Arguments of `subflow usage`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The thread.
+    thread: String,
+    /// Print the gateway's response unchanged.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    client: ClientArgs,
+}
+
+/// Runs `subflow usage`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    if !is_valid_thread_id(&args.thread) {
+        return Err(UsageError(format!(
+            "invalid thread id '{}': expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'",
+            args.thread
+        ))
+        .into());
+    }
+    let client = Client::new(&args.client)?;
+    let path = format!("/api/threads/{}/token-usage", encode(&args.thread));
+    let body = client.get_text(&path).await?;
+    if args.json {
+        println!("{body}");
+        return Ok(());
+    }
+    let usage: Value = serde_json::from_str(&body)?;
+    print!("{}", report(&usage));
+    Ok(())
+}
+
+/// A count with thousands separators.
+fn count(value: &Value) -> String {
+    let digits = value.as_u64().unwrap_or(0).to_string();
+    let mut grouped = String::new();
+    for (position, digit) in digits.chars().enumerate() {
+        if position > 0 && (digits.len() - position).is_multiple_of(3) {
+            grouped.push(',');
+        }
+        grouped.push(digit);
+    }
+    grouped
+}
+
+fn money(amount: &Value) -> String {
+    amount
+        .as_f64()
+        .map_or_else(|| "—".to_owned(), |amount| format!("{amount:.6}"))
+}
+
+/// The human-readable report of a `/token-usage` response.
+fn report(usage: &Value) -> String {
+    let mut out = String::new();
+    let cost = usage.get("cost").filter(|cost| cost.is_object());
+    let currency = cost
+        .and_then(|cost| cost.get("currency"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    // Writing to a String cannot fail.
+    let runs = usage["total_runs"].as_u64().unwrap_or(0);
+    let _ = writeln!(
+        out,
+        "Thread {}: {} counted {}",
+        usage["thread_id"].as_str().unwrap_or("?"),
+        count(&usage["total_runs"]),
+        if runs == 1 { "run" } else { "runs" }
+    );
+    let _ = writeln!(
+        out,
+        "Tokens    {} total · {} input · {} output",
+        count(&usage["total_tokens"]),
+        count(&usage["total_input_tokens"]),
+        count(&usage["total_output_tokens"])
+    );
+    let by_caller = &usage["by_caller"];
+    let _ = writeln!(
+        out,
+        "By caller lead_agent {} · subagent {} · middleware {}",
+        count(&by_caller["lead_agent"]),
+        count(&by_caller["subagent"]),
+        count(&by_caller["middleware"])
+    );
+    let models = usage["by_model"].as_object().cloned().unwrap_or_default();
+    let cost_header = if currency.is_empty() {
+        "cost".to_owned()
+    } else {
+        format!("cost ({currency})")
+    };
+    let name_width = models
+        .keys()
+        .map(|name| name.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(5);
+    let _ = writeln!(out, "By model");
+    let _ = writeln!(
+        out,
+        "  {:<name_width$}  {:>12}  {:>6}  {:>14}",
+        "model", "tokens", "runs", cost_header
+    );
+    for (name, bucket) in &models {
+        let amount = cost
+            .and_then(|cost| {
+                cost.pointer(&format!(
+                    "/by_model/{}",
+                    name.replace('~', "~0").replace('/', "~1")
+                ))
+            })
+            .map_or_else(|| "—".to_owned(), money);
+        let _ = writeln!(
+            out,
+            "  {name:<name_width$}  {:>12}  {:>6}  {amount:>14}",
+            count(&bucket["tokens"]),
+            count(&bucket["runs"])
+        );
+    }
+    match cost {
+        Some(cost) => {
+            let _ = writeln!(out, "Cost      {} {currency}", money(&cost["total"]));
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "Cost      — (no prices configured, or mixed currencies)"
+            );
+        }
+    }
+    match usage.get("context_usage").filter(|c| c.is_object()) {
+        Some(context) => {
+            let tokens = count(&context["token_count"]);
+            let _ = match (
+                context["max_context_tokens"].as_u64(),
+                context["percentage"].as_f64(),
+            ) {
+                (Some(max), Some(percentage)) => writeln!(
+                    out,
+                    "Context   {tokens} of {} tokens ({percentage}%)",
+                    count(&Value::from(max))
+                ),
+                _ => writeln!(
+                    out,
+                    "Context   {tokens} tokens (no context window configured)"
+                ),
+            };
+        }
+        None => {
+            let _ = writeln!(out, "Context   unknown");
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_report_lists_totals_callers_models_with_cost_and_context() {
+        let usage = json!({"thread_id": "t1", "total_tokens": 1200, "total_input_tokens": 900, "total_output_tokens": 300,
+            "total_runs": 2, "by_model": {"gpt-4o": {"tokens": 1000, "runs": 2}, "claude-x": {"tokens": 200, "runs": 1}},
+            "by_caller": {"lead_agent": 1000, "subagent": 200, "middleware": 0},
+            "context_usage": {"token_count": 5400, "max_context_tokens": 128000, "percentage": 4.2},
+            "cost": {"currency": "USD", "total": 0.0123, "by_model": {"gpt-4o": 0.011, "claude-x": 0.0013}}});
+        let expected = "\
+Thread t1: 2 counted runs
+Tokens    1,200 total · 900 input · 300 output
+By caller lead_agent 1,000 · subagent 200 · middleware 0
+By model
+  model           tokens    runs      cost (USD)
+  gpt-4o           1,000       2        0.011000
+  claude-x           200       1        0.001300
+Cost      0.012300 USD
+Context   5,400 of 128,000 tokens (4.2%)
+";
+        assert_eq!(report(&usage), expected);
+    }
+
+    #[test]
+    fn unpriced_usage_and_an_unknown_window_say_so() {
+        let usage = json!({"thread_id": "demo", "total_tokens": 2804, "total_input_tokens": 1858, "total_output_tokens": 946,
+            "total_runs": 1, "by_model": {"scripted-1": {"tokens": 2804, "runs": 1}},
+            "by_caller": {"lead_agent": 1049, "subagent": 1755, "middleware": 0}, "cost": null,
+            "context_usage": {"token_count": 530, "max_context_tokens": null, "percentage": null}});
+        let text = report(&usage);
+        assert!(
+            text.contains("  scripted-1         2,804       1               —\n"),
+            "{text}"
+        );
+        assert!(text.contains("Cost      — (no prices configured, or mixed currencies)\n"));
+        assert!(text.contains("Context   530 tokens (no context window configured)\n"));
+    }
+}
