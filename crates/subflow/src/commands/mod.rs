@@ -7,8 +7,8 @@ pub mod config;
 pub mod migrate;
 pub mod serve;
 pub mod tail;
-pub mod usage;
 pub mod tokens;
+pub mod usage;
 pub mod users;
 pub mod version;
 
