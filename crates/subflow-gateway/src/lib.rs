@@ -1,6 +1,6 @@
 //! The HTTP gateway: the LangGraph-compatible runs API with SSE framing (SPEC §2), the
-//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), `/health`, and one
-//! `X-Trace-Id` on every response (SPEC §8.1). Every `/api` route has a caller, a
+//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), `/health`, `/metrics`
+//! (SPEC §15.1), and one `X-Trace-Id` on every response (SPEC §8.1). Every `/api` route has a caller, a
 //! permission and, for thread routes, an ownership check (`auth`, SPEC §13).
 //!
 //! This is the only crate that knows HTTP status codes, headers and SSE framing. It
@@ -12,6 +12,7 @@
 
 pub mod auth;
 mod error;
+mod metrics;
 mod openapi;
 mod origin;
 mod routes;
@@ -28,6 +29,7 @@ use axum::Router;
 use axum::routing::{get, post};
 use subflow_runtime::runtime::Runtime;
 use subflow_store::Store;
+use subflow_telemetry::Metrics;
 
 pub use auth::{AuthMode, Caller};
 pub use error::ApiError;
@@ -86,14 +88,27 @@ pub struct AppState {
     pub cors_origins: Vec<String>,
     /// `auth.mode`: the implicit local user, or bearer tokens.
     pub auth: AuthMode,
+    /// This process's metrics; the runtime counts into the same registry.
+    pub metrics: Arc<Metrics>,
+    /// `metrics.enabled`: serve `GET /metrics`.
+    pub metrics_enabled: bool,
+    /// `metrics.public`: serve it without `admin` in token mode.
+    pub metrics_public: bool,
     /// `web.enabled`: serve the embedded web workspace at `/`.
     pub web_enabled: bool,
 }
 
 impl AppState {
     /// The state with the defaults of SPEC §1.2: token usage shown, no prices, a one-hour
-    /// run timeout, heartbeats every 15 s, no extra CORS origins, `local` auth.
+    /// run timeout, heartbeats every 15 s, no extra CORS origins, `local` auth, and
+    /// `/metrics` served (admin-only in token mode) from a fresh registry that `runtime`
+    /// is wired to count into.
     pub fn new(runtime: Runtime, store: Arc<dyn Store>, models: Vec<ModelListing>) -> Self {
+        let metrics = Arc::new(Metrics::new(
+            runtime.store_counters().clone(),
+            runtime.observer_counters().clone(),
+        ));
+        let runtime = runtime.with_metrics(metrics.clone());
         AppState {
             runtime,
             store,
@@ -105,6 +120,9 @@ impl AppState {
             active: ActiveRuns::default(),
             cors_origins: Vec::new(),
             auth: AuthMode::Local,
+            metrics,
+            metrics_enabled: true,
+            metrics_public: false,
             web_enabled: true,
         }
     }
@@ -153,6 +171,7 @@ pub const LOCAL_USER: &str = "default";
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(routes::health))
+        .route("/metrics", get(metrics::get))
         .route("/api/models", get(routes::models))
         .route("/api/features", get(routes::features))
         .route("/api/openapi.json", get(openapi::get))
@@ -215,6 +234,12 @@ pub fn router(state: AppState) -> Router {
             auth::authenticate,
         ))
         .layer(axum::middleware::from_fn(trace::trace_id))
+        // Outermost, so refusals by the layers above are counted too; `Router::layer`
+        // wraps each route, so the matched route template is known here.
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            metrics::count_requests,
+        ))
         .with_state(state)
 }
 

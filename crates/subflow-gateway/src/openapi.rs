@@ -36,6 +36,15 @@ const OPERATIONS: &[Operation] = &[
     },
     Operation {
         method: "get",
+        path: "/metrics",
+        summary: "Prometheus metrics of this process; needs admin in token mode unless metrics.public",
+        permission: Some("admin"),
+        query: &[],
+        body: None,
+        success: (200, "metrics"),
+    },
+    Operation {
+        method: "get",
         path: "/api/openapi.json",
         summary: "This document",
         permission: None,
@@ -272,6 +281,9 @@ fn operation(op: &Operation) -> Value {
     let (status, shape) = op.success;
     let success = match shape {
         "empty" => json!({"description": "No body"}),
+        "metrics" => {
+            json!({"description": "Prometheus text exposition format 0.0.4", "content": {"text/plain; version=0.0.4": {"schema": {"type": "string"}}}})
+        }
         "sse" => {
             json!({"description": "Server-sent events: metadata first, end last", "content": {"text/event-stream": {"schema": {"type": "string"}}}})
         }

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use subflow_contracts::RunStatus;
 use subflow_contracts::messages::Message;
-use subflow_store::{ModelUsage, RunRecord};
+use subflow_store::{ModelUsage, RunRecord, RunUsage};
 
 /// What `/token-usage` needs to know about a configured model.
 #[derive(Debug, Clone, PartialEq)]
@@ -74,39 +74,59 @@ fn round6(value: f64) -> f64 {
     (value * 1e6).round() / 1e6
 }
 
+/// One priced amount of a run: (model, upper-case currency, unrounded cost).
+pub type RunCost = (String, String, f64);
+
+/// The unrounded cost of one run by model (SPEC §7.4): its priced buckets, skipping empty
+/// ones; a run with no priced bucket is priced on its totals at `model_name`, with no
+/// cache discount. Shared by `/token-usage` and `subflow_cost_total`.
+pub fn run_costs(
+    usage: &RunUsage,
+    model_name: Option<&str>,
+    models: &[ModelFacts],
+) -> Vec<RunCost> {
+    let mut costs = Vec::new();
+    for (model, bucket) in &usage.token_usage_by_model {
+        if bucket.input_tokens == 0 && bucket.output_tokens == 0 {
+            continue;
+        }
+        if let Some(price) = price_of(models, model) {
+            costs.push((
+                model.clone(),
+                price.currency.to_uppercase(),
+                bucket_cost(bucket, price),
+            ));
+        }
+    }
+    if costs.is_empty()
+        && let Some(model) = model_name
+        && let Some(price) = price_of(models, model)
+    {
+        let totals = ModelUsage {
+            input_tokens: usage.total_input_tokens,
+            output_tokens: usage.total_output_tokens,
+            total_tokens: usage.total_tokens,
+            cache_read_tokens: None,
+        };
+        if totals.input_tokens > 0 || totals.output_tokens > 0 {
+            costs.push((
+                model.to_owned(),
+                price.currency.to_uppercase(),
+                bucket_cost(&totals, price),
+            ));
+        }
+    }
+    costs
+}
+
 /// The `cost` object over counted runs, or null when nothing is priced or currencies mix.
 pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Value {
     let mut by_model: BTreeMap<String, f64> = BTreeMap::new();
     let mut currencies: Vec<String> = Vec::new();
-    let mut add =
-        |model: &str, amount: f64| *by_model.entry(model.to_owned()).or_default() += amount;
     for run in runs {
-        let mut priced_any = false;
-        for (model, bucket) in &run.usage.token_usage_by_model {
-            if bucket.input_tokens == 0 && bucket.output_tokens == 0 {
-                continue;
-            }
-            if let Some(price) = price_of(models, model) {
-                priced_any = true;
-                currencies.push(price.currency.to_uppercase());
-                add(model, bucket_cost(bucket, price));
-            }
-        }
-        if !priced_any
-            && let Some(model) = run.model_name.as_deref()
-            && let Some(price) = price_of(models, model)
-        {
-            // A run without priced buckets is priced on its totals, without a cache discount.
-            let totals = ModelUsage {
-                input_tokens: run.usage.total_input_tokens,
-                output_tokens: run.usage.total_output_tokens,
-                total_tokens: run.usage.total_tokens,
-                cache_read_tokens: None,
-            };
-            if totals.input_tokens > 0 || totals.output_tokens > 0 {
-                currencies.push(price.currency.to_uppercase());
-                add(model, bucket_cost(&totals, price));
-            }
+        for (model, currency, amount) in run_costs(&run.usage, run.model_name.as_deref(), models) {
+            currencies.push(currency);
+            *by_model.entry(model).or_default() += amount;
         }
     }
     currencies.sort_unstable();

@@ -381,10 +381,21 @@ async fn start(
         },
     );
     let (active, run_key) = (state.active.clone(), run.run_id.clone());
+    let (metrics, prices, run_model) = (
+        state.metrics.clone(),
+        state.model_facts.clone(),
+        run.model_name.clone(),
+    );
     let span = tracing::info_span!("run", trace_id = %trace.id, run_id = %run_key);
     let outcome = tokio::spawn(
         async move {
             let result = runtime.run(spec, sink).await;
+            // Priced as `/token-usage` prices it (SPEC §7.4), whatever the run's status.
+            for (model, currency, amount) in
+                crate::usage::run_costs(&result.usage, run_model.as_deref(), &prices)
+            {
+                metrics.add_cost(&model, &currency, amount);
+            }
             active.remove(&run_key);
             let _ = done_tx.send(true);
             result
@@ -486,9 +497,12 @@ pub async fn stream(
             out.send("end", Value::Null).await;
         }
     });
-    let body = Body::from_stream(futures::stream::unfold(receiver, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    }));
+    // The stream counts as open (`subflow_sse_streams`) until its body ends or is dropped.
+    let open = state.metrics.sse_stream();
+    let body = Body::from_stream(futures::stream::unfold(
+        (receiver, open),
+        |(mut rx, open)| async move { rx.recv().await.map(|item| (item, (rx, open))) },
+    ));
     let response = (
         [
             (header::CONTENT_TYPE, "text/event-stream"),

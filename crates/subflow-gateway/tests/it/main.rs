@@ -15,6 +15,7 @@ use subflow_store::spill::SpillFile;
 mod api;
 mod auth;
 mod lifecycle;
+mod metrics;
 
 /// A gateway on a free loopback port.
 #[allow(missing_debug_implementations)]
@@ -22,6 +23,8 @@ pub struct TestApp {
     pub base: String,
     pub client: reqwest::Client,
     pub store: Arc<dyn Store>,
+    /// The registry behind `/metrics`.
+    pub metrics: Arc<subflow_telemetry::Metrics>,
     _dir: tempfile::TempDir,
 }
 
@@ -48,6 +51,16 @@ pub async fn spawn_token_app() -> TestApp {
 }
 
 async fn spawn_app_in(auth: AuthMode, delay_ms: u64, heartbeat: Duration) -> TestApp {
+    spawn_app_tweaked(auth, delay_ms, heartbeat, |_| {}).await
+}
+
+/// A gateway whose state `tweak` adjusts before it serves.
+pub async fn spawn_app_tweaked(
+    auth: AuthMode,
+    delay_ms: u64,
+    heartbeat: Duration,
+    tweak: impl FnOnce(&mut AppState),
+) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
     let store: Arc<dyn Store> = Arc::new(
@@ -77,7 +90,7 @@ async fn spawn_app_in(auth: AuthMode, delay_ms: u64, heartbeat: Duration) -> Tes
         retry,
         counters,
     );
-    let state = AppState {
+    let mut state = AppState {
         model_facts: vec![subflow_gateway::usage::ModelFacts {
             name: "scripted".into(),
             model: "scripted-1".into(),
@@ -102,6 +115,8 @@ async fn spawn_app_in(auth: AuthMode, delay_ms: u64, heartbeat: Duration) -> Tes
             }],
         )
     };
+    tweak(&mut state);
+    let metrics = state.metrics.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(subflow_gateway::serve(
@@ -113,6 +128,7 @@ async fn spawn_app_in(auth: AuthMode, delay_ms: u64, heartbeat: Duration) -> Tes
         base,
         client: reqwest::Client::builder().no_proxy().build().unwrap(),
         store,
+        metrics,
         _dir: dir,
     }
 }

@@ -52,17 +52,19 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<()> {
                 config,
                 models,
                 observers,
+                exporters,
             } = args.load_and_build(&[])?;
             // Building them checked the webhook URLs and secrets; nothing runs here.
             drop(observers);
             BackendKind::of(&config.database.url)?;
             let runtime = config.runtime_config(&data_dir(&config.database.url));
             eprintln!(
-                "subflow: {} model(s), lead {:?}; {} subagent type(s); {} webhook(s)",
+                "subflow: {} model(s), lead {:?}; {} subagent type(s); {} webhook(s); {} span exporter(s)",
                 models.len(),
                 config.lead_model().name,
                 runtime.definitions.len(),
                 config.observers.webhooks.len(),
+                exporters.len(),
             );
             println!("ok");
             Ok(())

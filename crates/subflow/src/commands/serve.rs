@@ -11,6 +11,7 @@ use subflow_runtime::admission::Admission;
 use subflow_runtime::runtime::{Models, Runtime};
 use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
+use subflow_telemetry::{Metrics, OtlpExporter};
 
 use super::config::ConfigArgs;
 use crate::config::{AuthMode, Config};
@@ -115,7 +116,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         RetryPolicy::default(),
         counters.clone(),
     );
-    let runtime = Runtime::new(
+    // One registry for the process: the runtime, the gateway and the exporters count into it.
+    let metrics = Arc::new(Metrics::new(
+        counters.clone(),
+        built.observers.counters().clone(),
+    ));
+    let mut runtime = Runtime::new(
         config.runtime_config(&data_dir),
         store.clone(),
         Models::new(built.models),
@@ -123,7 +129,24 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         retry.clone(),
         counters,
     )
-    .with_observers(built.observers);
+    .with_observers(built.observers)
+    .with_metrics(metrics.clone());
+    let mut exporters = Vec::new();
+    for exporter in built.exporters {
+        tracing::info!(exporter = %exporter.name, endpoint = %exporter.endpoint, "exporting spans");
+        let dropped = metrics.otlp_dropped(&exporter.name);
+        exporters.push(OtlpExporter::spawn(exporter, dropped).context("starting a span exporter")?);
+    }
+    if !exporters.is_empty() {
+        let sinks = exporters
+            .iter()
+            .map(|e| Arc::new(e.clone()) as Arc<dyn subflow_runtime::spans::SpanSink>)
+            .collect();
+        runtime = runtime.with_spans(
+            Arc::new(subflow_runtime::spans::FanOut(sinks)),
+            config.tracing.environment.clone(),
+        );
+    }
     let state = AppState {
         runtime,
         store,
@@ -139,6 +162,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             AuthMode::Token => subflow_gateway::AuthMode::Token,
         },
         web_enabled: config.web.enabled,
+        metrics,
+        metrics_enabled: config.metrics.enabled,
+        metrics_public: config.metrics.public,
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
@@ -158,6 +184,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         .context("serving HTTP")?;
     // Records that could not be written yet are spilled, to be re-applied at the next start.
     retry.shutdown().await;
+    // Spans still queued get one last export, bounded by the export timeout.
+    let deadline = Duration::from_secs(config.tracing.export_timeout_seconds + 1);
+    for exporter in &exporters {
+        let _ = tokio::time::timeout(deadline, exporter.flush()).await;
+    }
     eprintln!("subflow: stopped");
     Ok(())
 }

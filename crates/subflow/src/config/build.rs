@@ -13,6 +13,7 @@ use subflow_models::{
 use subflow_runtime::observers::{ObserverSet, WebhookConfig};
 use subflow_runtime::runtime::RuntimeConfig;
 use subflow_runtime::subagent::SubagentDefinition;
+use subflow_telemetry::ExporterConfig;
 
 use super::{Config, ConfigError, ModelConfig, Provider};
 
@@ -26,6 +27,8 @@ pub struct Built {
     pub models: Vec<Arc<dyn ChatModel>>,
     /// The `observers.webhooks`, for `Runtime::with_observers`.
     pub observers: ObserverSet,
+    /// The span exporters of `tracing.*` (Langfuse first), not yet started.
+    pub exporters: Vec<ExporterConfig>,
 }
 
 /// Builds every configured model, the lead's first (so `Models::new` makes it the
@@ -133,6 +136,65 @@ pub fn build_observers(
             .map_err(|error| ConfigError::at(&key, format!("{key}: {error}")))?;
     }
     Ok(observers)
+}
+
+/// The span exporters of `tracing.*` (SPEC §9.1): Langfuse when enabled, with its key
+/// pair read from the variables `public_key_env` and `secret_key_env` name, and a generic
+/// OTLP exporter when `tracing.otlp.endpoint` is set.
+pub fn build_exporters(
+    config: &Config,
+    env: &HashMap<String, String>,
+) -> Result<Vec<ExporterConfig>, ConfigError> {
+    let tracing = &config.tracing;
+    let mut exporters = Vec::new();
+    let limits = |mut exporter: ExporterConfig| {
+        exporter.queue_size = tracing.queue_size;
+        exporter.export_timeout = Duration::from_secs(tracing.export_timeout_seconds);
+        exporter
+    };
+    if tracing.langfuse.enabled {
+        let key = |field: &str, name: &str| {
+            env.get(name)
+                .filter(|value| !value.is_empty())
+                .cloned()
+                .ok_or_else(|| {
+                    ConfigError::at(
+                        format!("tracing.langfuse.{field}"),
+                        format!(
+                            "tracing.langfuse.{field} names {name}, which is not set: export it, or turn Langfuse off (tracing.langfuse.enabled = false)"
+                        ),
+                    )
+                })
+        };
+        let public = key("public_key_env", &tracing.langfuse.public_key_env)?;
+        let secret = key("secret_key_env", &tracing.langfuse.secret_key_env)?;
+        let exporter = ExporterConfig::langfuse(&tracing.langfuse.base_url, &public, &secret);
+        exporter.validate().map_err(|error| {
+            ConfigError::at(
+                "tracing.langfuse.base_url",
+                format!("tracing.langfuse.base_url: {error}"),
+            )
+        })?;
+        exporters.push(limits(exporter));
+    }
+    if let Some(endpoint) = &tracing.otlp.endpoint {
+        let headers = tracing
+            .otlp
+            .headers
+            .iter()
+            .map(|(name, value)| (name.clone(), value.clone()))
+            .collect();
+        let exporter = ExporterConfig::otlp(endpoint, headers);
+        exporter.validate().map_err(|error| {
+            let key = match error {
+                subflow_telemetry::otlp::Error::Header(_) => "tracing.otlp.headers",
+                _ => "tracing.otlp.endpoint",
+            };
+            ConfigError::at(key, format!("{key}: {error}"))
+        })?;
+        exporters.push(limits(exporter));
+    }
+    Ok(exporters)
 }
 
 impl Config {

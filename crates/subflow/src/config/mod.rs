@@ -19,11 +19,11 @@ use subflow_runtime::admission::AdmissionConfig;
 use subflow_runtime::guards::{LoopDetectionConfig, TokenBudgetConfig};
 use subflow_runtime::subagent::SubagentDefinition;
 
-pub use build::{Built, build_models, build_observers};
+pub use build::{Built, build_exporters, build_models, build_observers};
 pub use error::ConfigError;
 pub use example::EXAMPLE;
 
-/// [`Config::load`], then [`build_models`] and [`build_observers`]: every configuration
+/// [`Config::load`], then [`build_models`], [`build_observers`] and [`build_exporters`]: every configuration
 /// error `serve` can meet before it touches the database.
 pub fn load_and_build(
     path: Option<&Path>,
@@ -33,10 +33,12 @@ pub fn load_and_build(
     let config = Config::load(path, env, overrides)?;
     let models = build_models(&config, env)?;
     let observers = build_observers(&config, env)?;
+    let exporters = build_exporters(&config, env)?;
     Ok(Built {
         config,
         models,
         observers,
+        exporters,
     })
 }
 

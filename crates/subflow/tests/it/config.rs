@@ -756,6 +756,56 @@ fn webhook_secrets_come_from_the_environment_and_urls_are_checked() {
 }
 
 #[test]
+fn span_exporters_follow_tracing_with_langfuse_keys_from_the_environment() {
+    let none = api::load_and_build(None, &HashMap::new(), &[]).unwrap();
+    assert!(none.exporters.is_empty(), "export is off by default");
+
+    let fixture = Fixture::new(
+        "[tracing]\nqueue_size = 16\nexport_timeout_seconds = 3\n[tracing.otlp]\nendpoint = 'http://127.0.0.1:4318/v1/traces'\nheaders = { 'x-team' = 'agents' }\n",
+    );
+    // LANGFUSE_TRACING and LANGFUSE_BASE_URL are honoured (SPEC §1.2).
+    let env = env_map(&[
+        ("LANGFUSE_TRACING", "true"),
+        ("LANGFUSE_BASE_URL", "https://lf.example"),
+        ("LANGFUSE_PUBLIC_KEY", "pk-1"),
+        ("LANGFUSE_SECRET_KEY", "sk-very-secret"),
+    ]);
+    let built = api::load_and_build(Some(&fixture.file()), &env, &[]).unwrap();
+    let names: Vec<&str> = built.exporters.iter().map(|e| e.name.as_str()).collect();
+    assert_eq!(names, ["langfuse", "otlp"]);
+    let langfuse = &built.exporters[0];
+    assert_eq!(
+        langfuse.endpoint,
+        "https://lf.example/api/public/otel/v1/traces"
+    );
+    assert_eq!(langfuse.queue_size, 16);
+    assert_eq!(langfuse.export_timeout, std::time::Duration::from_secs(3));
+    assert!(!format!("{langfuse:?}").contains("sk-very-secret"));
+    let otlp = &built.exporters[1];
+    assert_eq!(
+        otlp.endpoint, "http://127.0.0.1:4318/v1/traces",
+        "used verbatim"
+    );
+    assert_eq!(otlp.headers, [("x-team".to_owned(), "agents".to_owned())]);
+
+    let error = api::load_and_build(None, &env_map(&[("LANGFUSE_TRACING", "1")]), &[]).unwrap_err();
+    assert!(
+        error.to_string().starts_with(
+            "tracing.langfuse.public_key_env names LANGFUSE_PUBLIC_KEY, which is not set"
+        ),
+        "{error}"
+    );
+    let fixture = Fixture::new("[tracing.otlp]\nendpoint = 'collector:4318'\n");
+    let error = api::load_and_build(Some(&fixture.file()), &HashMap::new(), &[]).unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .starts_with("tracing.otlp.endpoint: the endpoint must be an http:// or https:// URL"),
+        "{error}"
+    );
+}
+
+#[test]
 fn the_runtime_configuration_follows_the_file() {
     let fixture = Fixture::new(
         "[lead]\nmax_turns = 7\n[subagents]\ntimeout_seconds = 99\nmax_concurrent = 2\n\

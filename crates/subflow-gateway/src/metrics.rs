@@ -1,0 +1,56 @@
+//! `GET /metrics` (SPEC §15.1) and the request counter behind
+//! `subflow_http_requests_total`.
+//!
+//! The endpoint is not under `/api`, so the `auth` layer gives it no caller: in `token`
+//! mode it authenticates the bearer token itself and requires `admin`, unless
+//! `metrics.public` is set. With `metrics.enabled = false` it is 404 like any unknown path.
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use subflow_contracts::Permission;
+
+use crate::auth::{AuthMode, token_caller};
+use crate::{ApiError, AppState};
+
+/// The `route` label of requests no route matched (unknown paths, the UI fallback).
+pub const UNMATCHED_ROUTE: &str = "unmatched";
+
+/// `GET /metrics`: the text exposition of this process's metrics.
+pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if !state.metrics_enabled {
+        return Err(ApiError::NotFound("Not Found".to_owned()));
+    }
+    if state.auth == AuthMode::Token && !state.metrics_public {
+        token_caller(&state, &headers)
+            .await?
+            .require(Permission::Admin)?;
+    }
+    let mut response = state.metrics.encode().into_response();
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(subflow_telemetry::metrics::CONTENT_TYPE),
+    );
+    Ok(response)
+}
+
+/// Counts every answered request by its route template (never the raw path, so ids do
+/// not become labels), method and status code.
+pub async fn count_requests(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or(UNMATCHED_ROUTE, MatchedPath::as_str)
+        .to_owned();
+    let method = request.method().clone();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .http_request(&route, method.as_str(), response.status().as_u16());
+    response
+}
