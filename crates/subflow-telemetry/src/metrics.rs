@@ -277,10 +277,13 @@ struct ScrapedCounts {
 
 const BUFFERS: [BufferKind; 2] = [BufferKind::Subagent, BufferKind::Journal];
 
+/// Reads one buffer's count from the store counters.
+type ReadCount = fn(&StoreCounters, BufferKind) -> u64;
+
 impl Collector for ScrapedCounts {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         let store = &self.store;
-        let counters: [(&str, &str, fn(&StoreCounters, BufferKind) -> u64); 2] = [
+        let counters: [(&str, &str, ReadCount); 2] = [
             (
                 "subflow_event_store_flush_failures",
                 "Failed batch writes of run-event buffers (the records are retried).",
