@@ -7,8 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 use subflow_contracts::messages::{Message, ToolMessage};
-use subflow_contracts::{RunStatus, RunStopReason};
+use subflow_contracts::{RunStatus, RunStopReason, SubagentStatus};
 use subflow_models::{ChatModel, ChatRequest, ChatStream, ModelInfo};
+use subflow_runtime::metrics::{RuntimeMetrics, TokenCount};
 use subflow_runtime::runtime::RuntimeConfig;
 use subflow_runtime::subagent::SubagentDefinition;
 use subflow_store::MemoryStore;
@@ -254,6 +255,71 @@ async fn a_subagent_loop_warns_then_hard_stops_and_audits_through_the_parent_jou
             "no arguments in audit events"
         );
     }
+}
+
+/// Records what the runtime counts.
+#[derive(Debug, Default)]
+struct Recorded {
+    loops: std::sync::Mutex<Vec<(String, String, bool)>>,
+    tasks: std::sync::Mutex<Vec<(String, SubagentStatus)>>,
+    runs: std::sync::Mutex<Vec<RunStatus>>,
+    tokens: std::sync::Mutex<Vec<(String, String, u64)>>,
+}
+
+impl RuntimeMetrics for Recorded {
+    fn tokens(&self, usage: &TokenCount<'_>) {
+        let entry = (usage.caller.to_owned(), usage.agent.to_owned(), usage.input);
+        self.tokens.lock().unwrap().push(entry);
+    }
+    fn subagent_task(&self, agent: &str, status: SubagentStatus, _duration: Duration) {
+        self.tasks.lock().unwrap().push((agent.to_owned(), status));
+    }
+    fn run_finished(&self, status: RunStatus, _duration: Duration) {
+        self.runs.lock().unwrap().push(status);
+    }
+    fn loop_detection(&self, layer: &str, action: &str, is_subagent: bool) {
+        let entry = (layer.to_owned(), action.to_owned(), is_subagent);
+        self.loops.lock().unwrap().push(entry);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn loop_detections_tasks_runs_and_tokens_are_counted_where_they_happen() {
+    let repeat = json!([{"tool_calls": [{"name": "read_file", "args": {"path": "notes.md"}}]}]);
+    let mut h = scripted_harness(json!([subagent(repeat)]), with_definition(20, 600));
+    let recorded = Arc::new(Recorded::default());
+    h.runtime = h.runtime.clone().with_metrics(recorded.clone());
+    let (result, _) = h
+        .run("t1", "r1", "/task general-purpose Keep reading")
+        .await;
+    assert_eq!(result.status, RunStatus::Success);
+    let layer = "identical_call_set".to_owned();
+    assert_eq!(
+        *recorded.loops.lock().unwrap(),
+        [
+            (layer.clone(), "warn".to_owned(), true),
+            (layer, "hard_stop".to_owned(), true)
+        ]
+    );
+    assert_eq!(
+        *recorded.tasks.lock().unwrap(),
+        [("general-purpose".to_owned(), SubagentStatus::Completed)]
+    );
+    assert_eq!(*recorded.runs.lock().unwrap(), [RunStatus::Success]);
+    // Every ledger record is counted once: the metric's input equals the run's.
+    let tokens = recorded.tokens.lock().unwrap();
+    let input: u64 = tokens.iter().map(|(_, _, input)| input).sum();
+    assert_eq!(input as i64, result.usage.total_input_tokens);
+    assert!(
+        tokens
+            .iter()
+            .any(|(c, a, _)| c == "subagent" && a == "general-purpose")
+    );
+    assert!(
+        tokens
+            .iter()
+            .any(|(c, a, _)| c == "lead_agent" && a == "lead_agent")
+    );
 }
 
 #[tokio::test(start_paused = true)]
