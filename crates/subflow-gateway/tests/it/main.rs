@@ -14,6 +14,7 @@ use subflow_store::spill::SpillFile;
 
 mod api;
 mod auth;
+mod export;
 mod lifecycle;
 mod metrics;
 
