@@ -17,6 +17,7 @@ mod openapi;
 mod origin;
 mod routes;
 mod sse;
+pub mod stream;
 mod trace;
 pub mod usage;
 mod web;
@@ -96,6 +97,8 @@ pub struct AppState {
     pub metrics_public: bool,
     /// `web.enabled`: serve the embedded web workspace at `/`.
     pub web_enabled: bool,
+    /// Run streams: hubs, the durable log, leases (`streams.*`, `runs.lease_seconds`).
+    pub streams: stream::Streams,
 }
 
 impl AppState {
@@ -124,6 +127,7 @@ impl AppState {
             metrics_enabled: true,
             metrics_public: false,
             web_enabled: true,
+            streams: stream::Streams::default(),
         }
     }
 }
@@ -161,6 +165,11 @@ impl ActiveRuns {
     /// The run, if it executes here.
     pub fn get(&self, run_id: &str) -> Option<ActiveRun> {
         self.lock().get(run_id).cloned()
+    }
+
+    /// The ids of the runs executing here.
+    pub fn run_ids(&self) -> Vec<String> {
+        self.lock().keys().cloned().collect()
     }
 }
 
@@ -223,6 +232,10 @@ pub fn router(state: AppState) -> Router {
             "/api/threads/{thread_id}/runs/{run_id}/events",
             get(routes::events::list),
         )
+        .route(
+            "/api/threads/{thread_id}/runs/{run_id}/stream",
+            get(routes::runs::rejoin),
+        )
         .fallback(web::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
@@ -243,12 +256,15 @@ pub fn router(state: AppState) -> Router {
         .with_state(state)
 }
 
-/// Serves `router(state)` on `listener` until `shutdown` completes.
+/// Serves `router(state)` on `listener` until `shutdown` completes. Runs left behind by
+/// a stopped process are recovered first; while serving, stream logs are pruned, orphaned
+/// runs recovered and remote cancel requests relayed (`stream::upkeep`).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let _upkeep = stream::upkeep::start(&state).await;
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

@@ -239,6 +239,26 @@ const OPERATIONS: &[Operation] = &[
     },
     Operation {
         method: "get",
+        path: "/api/threads/{thread_id}/runs/{run_id}/stream",
+        summary: "Rejoins a run's stream from its durable log: the frames after Last-Event-ID (all without it), then live ones; a cursor into pruned frames gets one gap frame",
+        permission: Some("runs:read"),
+        query: &[
+            (
+                "stream_mode",
+                "string",
+                "Only these modes' frames (repeated or comma-separated); all when absent",
+            ),
+            (
+                "cancel_on_disconnect",
+                "boolean",
+                "Cancel the run when this watcher goes, default false",
+            ),
+        ],
+        body: None,
+        success: (200, "sse"),
+    },
+    Operation {
+        method: "get",
         path: "/api/threads/{thread_id}/runs/{run_id}/events",
         summary: "Persisted run events, ascending by seq, paged by after_seq",
         permission: Some("runs:read"),

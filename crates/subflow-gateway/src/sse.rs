@@ -3,9 +3,17 @@
 use axum::body::Bytes;
 use serde_json::Value;
 
-/// One frame with its id.
-pub fn frame(event: &str, data: &Value, id: u64) -> Bytes {
+/// A heartbeat comment; it has no id.
+pub const HEARTBEAT: &[u8] = b": heartbeat\n\n";
+
+/// One frame with its id; `data` is JSON text.
+pub fn frame_text(event: &str, data: &str, id: u64) -> Bytes {
     Bytes::from(format!("event: {event}\ndata: {data}\nid: {id}\n\n"))
+}
+
+/// A frame without an id (`gap`, or an `end` of a run that never logged one).
+pub fn frame_without_id(event: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
 }
 
 #[cfg(test)]
@@ -14,10 +22,14 @@ mod tests {
 
     #[test]
     fn frames_put_event_data_and_id_in_order() {
-        let bytes = frame("metadata", &serde_json::json!({"run_id": "r"}), 1);
+        let bytes = frame_text("metadata", r#"{"run_id":"r"}"#, 1);
         assert_eq!(
             &bytes[..],
             b"event: metadata\ndata: {\"run_id\":\"r\"}\nid: 1\n\n"
+        );
+        assert_eq!(
+            &frame_without_id("gap", &serde_json::json!({"code": "x"}))[..],
+            b"event: gap\ndata: {\"code\":\"x\"}\n\n"
         );
     }
 }

@@ -1,31 +1,30 @@
 //! Runs (SPEC §2.1–§2.4): start a run and stream it as SSE, wait for it, list and get.
 
-use std::convert::Infallible;
-
 use axum::Json;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, Query, State};
-use axum::http::header;
+use axum::extract::{Extension, Path, Query, RawQuery, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use subflow_contracts::messages::Message;
 use subflow_contracts::{Permission, RunStatus};
-use subflow_runtime::output::{OutputSink, RunOutput};
+use subflow_runtime::output::OutputSink;
 use subflow_runtime::run::{RunResult, RunSpec};
 use subflow_runtime::spans::{TraceOverrides, TraceRequest};
 use subflow_store::{NewRun, NewThread, RunRecord};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tracing::Instrument;
 
 use super::parse_body;
 use super::threads::not_found;
 use crate::auth::{Caller, authorize_thread};
-use crate::sse::frame;
+use crate::stream::{
+    self,
+    follow::{Follow, OnDisconnect, RejoinParams, last_event_id, sse_response},
+};
 use crate::trace::{RequestTrace, valid_trace_id};
-use crate::{ActiveRun, ApiError, AppState};
+use crate::{ApiError, AppState};
 
 const STREAM_MODES: [&str; 4] = ["values", "messages-tuple", "updates", "custom"];
 
@@ -267,11 +266,10 @@ fn run_json(run: &RunRecord) -> Value {
     })
 }
 
-/// A started run: its record, output and outcome.
+/// A started run: its record and outcome (resolving once its stream log is stored).
 struct Started {
     run: RunRecord,
     trace: RequestTrace,
-    output: mpsc::UnboundedReceiver<RunOutput>,
     outcome: tokio::task::JoinHandle<RunResult>,
     cancel: CancellationToken,
     accepted: Accepted,
@@ -372,40 +370,38 @@ async fn start(
     };
     let (sink, output) = OutputSink::channel();
     let runtime = state.runtime.clone();
-    let (done_tx, done) = tokio::sync::watch::channel(false);
-    state.active.insert(
-        &run.run_id,
-        ActiveRun {
-            cancel: cancel.clone(),
-            done,
-        },
-    );
-    let (active, run_key) = (state.active.clone(), run.run_id.clone());
+    let run_key = run.run_id.clone();
     let (metrics, prices, run_model) = (
         state.metrics.clone(),
         state.model_facts.clone(),
         run.model_name.clone(),
     );
     let span = tracing::info_span!("run", trace_id = %trace.id, run_id = %run_key);
-    let outcome = tokio::spawn(
-        async move {
-            let result = runtime.run(spec, sink).await;
-            // Priced as `/token-usage` prices it (SPEC §7.4), whatever the run's status.
-            for (model, currency, amount) in
-                crate::usage::run_costs(&result.usage, run_model.as_deref(), &prices)
-            {
-                metrics.add_cost(&model, &currency, amount);
-            }
-            active.remove(&run_key);
-            let _ = done_tx.send(true);
-            result
+    let execution = async move {
+        let result = runtime.run(spec, sink).await;
+        // Priced as `/token-usage` prices it (SPEC §7.4), whatever the run's status.
+        for (model, currency, amount) in
+            crate::usage::run_costs(&result.usage, run_model.as_deref(), &prices)
+        {
+            metrics.add_cost(&model, &currency, amount);
         }
-        .instrument(span),
-    );
+        result
+    };
+    // The run's frames are numbered and logged whoever watches (SPEC §2.5).
+    let outcome = stream::launch(
+        state,
+        &run.run_id,
+        thread_id,
+        cancel.clone(),
+        execution,
+        output,
+        &accepted.modes,
+        span,
+    )
+    .await;
     Ok(Started {
         run,
         trace,
-        output,
         outcome,
         cancel,
         accepted,
@@ -428,115 +424,30 @@ pub async fn stream(
     let Started {
         run,
         trace,
-        mut output,
         outcome,
         cancel,
         accepted,
     } = start(&state, &caller, &thread_id, trace, &body).await?;
-    let (frames, receiver) = mpsc::channel::<Result<Bytes, Infallible>>(64);
-    let wants = |mode: &str| accepted.modes.iter().any(|m| m == mode);
-    let (values, messages, custom) = (wants("values"), wants("messages-tuple"), wants("custom"));
-    let cancel_on_disconnect = accepted.cancel_on_disconnect;
-    let heartbeat_every = state.heartbeat;
-    let (run_id, thread) = (run.run_id.clone(), run.thread_id.clone());
-    tokio::spawn(async move {
-        let mut out = FrameWriter { frames, next_id: 0 };
-        let mut connected = out
-            .send("metadata", json!({"run_id": run_id, "thread_id": thread}))
-            .await;
-        let mut heartbeat = tokio::time::interval_at(
-            tokio::time::Instant::now() + heartbeat_every,
-            heartbeat_every,
-        );
-        loop {
-            let item = tokio::select! {
-                item = output.recv() => match item {
-                    Some(item) => item,
-                    None => break,
-                },
-                _ = heartbeat.tick() => {
-                    if connected && !out.heartbeat().await {
-                        connected = false;
-                        if cancel_on_disconnect {
-                            cancel.cancel();
-                        }
-                    }
-                    continue;
-                }
-            };
-            if !connected {
-                continue;
-            }
-            let sent = match item {
-                RunOutput::Values(state) if values => out.send("values", state).await,
-                RunOutput::Message { message, node } if messages => {
-                    let metadata = json!({"run_id": run_id, "thread_id": thread, "langgraph_node": node, "tags": []});
-                    out.send("messages", json!([message, metadata])).await
-                }
-                RunOutput::Custom { payload, .. } if custom => out.send("custom", payload).await,
-                _ => true,
-            };
-            if !sent {
-                // The client went away; the run goes on only if it asked for `continue`.
-                connected = false;
-                if cancel_on_disconnect {
-                    cancel.cancel();
-                }
-            }
-        }
-        if let Ok(result) = outcome.await
-            && connected
-        {
-            if result.status == RunStatus::Error {
-                out.send(
-                    "error",
-                    json!({"message": result.error.unwrap_or_default(), "name": "RunError"}),
-                )
-                .await;
-            }
-            out.send("end", Value::Null).await;
-        }
-    });
+    // The creator follows the run's hub from the start, like any watcher; only losing
+    // it cancels the run (unless it asked for `continue`).
+    drop(outcome);
+    let follow = Follow::new(
+        &state.streams,
+        state.store.clone(),
+        &run.thread_id,
+        &run.run_id,
+        None,
+        None,
+    );
+    let on_disconnect = if accepted.cancel_on_disconnect {
+        OnDisconnect::Token(cancel)
+    } else {
+        OnDisconnect::Continue
+    };
     // The stream counts as open (`subflow_sse_streams`) until its body ends or is dropped.
     let open = state.metrics.sse_stream();
-    let body = Body::from_stream(futures::stream::unfold(
-        (receiver, open),
-        |(mut rx, open)| async move { rx.recv().await.map(|item| (item, (rx, open))) },
-    ));
-    let response = (
-        [
-            (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
-        ],
-        body,
-    )
-        .into_response();
+    let response = sse_response(follow, state.heartbeat, on_disconnect, open);
     Ok(with_trace(response, trace))
-}
-
-/// Writes numbered frames to the response body, waiting when the client reads slowly.
-struct FrameWriter {
-    frames: mpsc::Sender<Result<Bytes, Infallible>>,
-    next_id: u64,
-}
-
-impl FrameWriter {
-    /// Sends `: heartbeat`, which has no id; false once the client has gone.
-    async fn heartbeat(&mut self) -> bool {
-        self.frames
-            .send(Ok(Bytes::from_static(b": heartbeat\n\n")))
-            .await
-            .is_ok()
-    }
-
-    /// Sends one frame; false once the client has gone.
-    async fn send(&mut self, event: &str, data: Value) -> bool {
-        self.next_id += 1;
-        self.frames
-            .send(Ok(frame(event, &data, self.next_id)))
-            .await
-            .is_ok()
-    }
 }
 
 /// `POST …/runs`: starts a run in the background and answers with its `pending` record.
@@ -548,10 +459,7 @@ pub async fn create(
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let Started {
-        run, trace, output, ..
-    } = start(&state, &caller, &thread_id, trace, &body).await?;
-    drop(output);
+    let Started { run, trace, .. } = start(&state, &caller, &thread_id, trace, &body).await?;
     Ok(with_trace(Json(run_json(&run)).into_response(), trace))
 }
 
@@ -565,13 +473,11 @@ pub async fn wait(
 ) -> Result<Response, ApiError> {
     let Started {
         trace,
-        output,
         outcome,
         cancel,
         accepted,
         ..
     } = start(&state, &caller, &thread_id, trace, &body).await?;
-    drop(output);
     // Losing the client cancels the run unless the request said `continue`.
     let guard = accepted.cancel_on_disconnect.then(|| cancel.drop_guard());
     let result = outcome
@@ -687,11 +593,8 @@ pub async fn cancel(
 /// checkpoints, events and record. Failures to delete are logged, never raised: the
 /// caller has already been answered or is about to start the next run.
 async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: bool) {
-    if let Some(active) = state.active.get(run_id) {
-        active.cancel.cancel();
-        let mut done = active.done.clone();
-        let _ = done.wait_for(|ended| *ended).await;
-    }
+    // A run executing in another process is cancelled through the store (SPEC §2.6).
+    stream::cancel_and_wait(state, thread_id, run_id).await;
     if rollback {
         if let Err(error) = state.store.delete_run_checkpoints(thread_id, run_id).await {
             tracing::error!(%error, run_id, "rollback: deleting checkpoints failed");
@@ -702,7 +605,8 @@ async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: boo
     }
 }
 
-/// `GET …/runs/{run_id}/join`: waits for a run executing here, then returns the final values.
+/// `GET …/runs/{run_id}/join`: waits for the run to end, here or in another process, then
+/// returns the final values.
 pub async fn join(
     State(state): State<AppState>,
     caller: Caller,
@@ -715,6 +619,8 @@ pub async fn join(
     if let Some(active) = state.active.get(&run_id) {
         let mut done = active.done.clone();
         let _ = done.wait_for(|ended| *ended).await;
+    } else {
+        stream::wait_for_end(&state, &thread_id, &run_id).await;
     }
     let values = state
         .store
@@ -722,6 +628,45 @@ pub async fn join(
         .await?
         .map_or_else(|| json!({"messages": []}), |c| c.values);
     Ok(Json(values))
+}
+
+/// `GET …/runs/{run_id}/stream?stream_mode=&cancel_on_disconnect=false`: rejoins a run's
+/// stream wherever it executes (SPEC §2.5). With `Last-Event-ID: N`, every frame after N
+/// once, in order, then live frames; without, the retained log from the start.
+pub async fn rejoin(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((thread_id, run_id)): Path<(String, String)>,
+    RawQuery(query): RawQuery,
+    Extension(trace): Extension<RequestTrace>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
+    let params = RejoinParams::parse(query.as_deref())?;
+    let cursor = last_event_id(&headers)?;
+    if owned.is_none() || state.store.get_run(&thread_id, &run_id).await?.is_none() {
+        return Err(ApiError::NotFound(format!("Run {run_id} not found")));
+    }
+    let follow = Follow::new(
+        &state.streams,
+        state.store.clone(),
+        &thread_id,
+        &run_id,
+        cursor,
+        params.events,
+    );
+    let on_disconnect = if params.cancel_on_disconnect {
+        OnDisconnect::Run {
+            active: state.active.clone(),
+            store: state.store.clone(),
+            run_id,
+        }
+    } else {
+        OnDisconnect::Continue
+    };
+    let open = state.metrics.sse_stream();
+    let response = sse_response(follow, state.heartbeat, on_disconnect, open);
+    Ok(with_trace(response, trace))
 }
 
 #[cfg(test)]

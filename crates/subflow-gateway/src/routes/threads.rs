@@ -157,15 +157,15 @@ pub async fn delete(
     {
         return Err(not_found(&thread_id));
     }
-    for run in state
-        .store
-        .list_runs(&thread_id, Some(RunStatus::Running), 100, 0)
-        .await?
-    {
-        if let Some(active) = state.active.get(&run.run_id) {
-            active.cancel.cancel();
-            let mut done = active.done.clone();
-            let _ = done.wait_for(|ended| *ended).await;
+    // Active runs stop first, wherever they execute, so nothing writes to the thread
+    // while it is deleted.
+    for status in [RunStatus::Running, RunStatus::Pending] {
+        for run in state
+            .store
+            .list_runs(&thread_id, Some(status), 100, 0)
+            .await?
+        {
+            crate::stream::cancel_and_wait(&state, &thread_id, &run.run_id).await;
         }
     }
     state.store.delete_thread(&thread_id).await?;

@@ -17,6 +17,7 @@ mod auth;
 mod export;
 mod lifecycle;
 mod metrics;
+mod resume;
 
 /// A gateway on a free loopback port.
 #[allow(missing_debug_implementations)]

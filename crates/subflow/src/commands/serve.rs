@@ -165,6 +165,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         metrics,
         metrics_enabled: config.metrics.enabled,
         metrics_public: config.metrics.public,
+        streams: subflow_gateway::stream::Streams::new(subflow_gateway::stream::StreamConfig {
+            retention: Duration::from_secs(config.streams.retention_seconds),
+            lease: Duration::from_secs(config.runs.lease_seconds),
+        }),
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await

@@ -1,0 +1,424 @@
+//! Run streams (SPEC §2.4–§2.6): every run's frames are numbered once, in a
+//! process-local [`hub`], sent to this process's watchers at once, and written behind
+//! to the store's durable log; watchers anywhere follow a run from a cursor
+//! ([`follow`]); the executing process holds the run's lease; [`upkeep`] prunes old
+//! logs, recovers orphaned runs and relays remote cancel requests.
+//!
+//! Persistence order: a frame is numbered and visible in the hub before it is stored;
+//! the store receives frames in id order, contiguous, each batch after the previous one
+//! succeeded; a frame leaves the hub only once it is stored; the final `end` goes in the
+//! batch that ends the log. A run counts as done (`ActiveRun::done`, `join`, `wait`)
+//! only once its whole log is stored and its lease released.
+
+pub(crate) mod follow;
+pub(crate) mod hub;
+pub(crate) mod upkeep;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use subflow_contracts::RunStatus;
+use subflow_runtime::output::RunOutput;
+use subflow_runtime::run::RunResult;
+use subflow_store::{FrameBatch, RunStatusUpdate, RunUsage, Store, StreamFrame, StreamNotice};
+use tokio::sync::{broadcast, mpsc, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
+
+use crate::{ActiveRun, ActiveRuns, AppState};
+use hub::Hub;
+
+/// Frames per store write; more pending frames go in the next write.
+const PERSIST_BATCH: usize = 256;
+
+/// How long the write-behind lets frames gather before it writes them. Watchers in this
+/// process read the hub and never wait for it; watchers elsewhere wait at most this much
+/// longer. It turns a commit per frame into a commit per burst when many runs stream.
+const LINGER: Duration = Duration::from_millis(20);
+
+/// The first and the longest wait before a failed write is retried.
+const RETRY_MIN: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// How often a watcher re-reads a remote run when no notice woke it.
+pub(crate) const POLL: Duration = Duration::from_secs(1);
+
+/// Notices buffered for this process's watchers.
+const NOTICE_CAPACITY: usize = 4096;
+
+/// `streams.retention_seconds` and `runs.lease_seconds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamConfig {
+    /// How long a log is kept after its run ended.
+    pub retention: Duration,
+    /// How long a run lease lasts without renewal; renewed every third of it.
+    pub lease: Duration,
+}
+
+impl Default for StreamConfig {
+    /// SPEC §1.2: a one-hour retention and a 30 s lease.
+    fn default() -> Self {
+        StreamConfig {
+            retention: Duration::from_secs(3600),
+            lease: Duration::from_secs(30),
+        }
+    }
+}
+
+/// The run streams of this gateway: its hubs, its lease owner id and the store notices
+/// relayed to its watchers. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Streams {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    config: StreamConfig,
+    owner: String,
+    hubs: Mutex<HashMap<String, Arc<Hub>>>,
+    notices: broadcast::Sender<StreamNotice>,
+}
+
+impl Default for Streams {
+    fn default() -> Self {
+        Streams::new(StreamConfig::default())
+    }
+}
+
+impl Streams {
+    /// Streams with `config` and a fresh lease owner id.
+    pub fn new(config: StreamConfig) -> Self {
+        Streams {
+            shared: Arc::new(Shared {
+                config,
+                owner: format!("{}:{}", std::process::id(), uuid::Uuid::new_v4().simple()),
+                hubs: Mutex::new(HashMap::new()),
+                notices: broadcast::channel(NOTICE_CAPACITY).0,
+            }),
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> StreamConfig {
+        self.shared.config
+    }
+
+    /// The owner id this gateway's run leases carry.
+    pub fn lease_owner(&self) -> &str {
+        &self.shared.owner
+    }
+
+    fn hubs(&self) -> MutexGuard<'_, HashMap<String, Arc<Hub>>> {
+        self.shared.hubs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The hub of a run executing here.
+    pub(crate) fn hub(&self, run_id: &str) -> Option<Arc<Hub>> {
+        self.hubs().get(run_id).cloned()
+    }
+
+    /// A receiver of the store notices this gateway relays.
+    pub(crate) fn notices(&self) -> broadcast::Receiver<StreamNotice> {
+        self.shared.notices.subscribe()
+    }
+
+    /// Relays a store notice to this gateway's watchers.
+    pub(crate) fn announce(&self, notice: StreamNotice) {
+        let _ = self.shared.notices.send(notice);
+    }
+}
+
+/// Which frames a run's output becomes (the request's `stream_mode`).
+#[derive(Debug, Clone, Copy)]
+struct Modes {
+    values: bool,
+    messages: bool,
+    custom: bool,
+}
+
+impl Modes {
+    fn of(modes: &[String]) -> Self {
+        let wants = |mode: &str| modes.iter().any(|m| m == mode);
+        Modes {
+            values: wants("values"),
+            messages: wants("messages-tuple"),
+            custom: wants("custom"),
+        }
+    }
+}
+
+/// Starts a run whose record exists: leases it, spawns its `execution` (the runtime
+/// executing it, writing into the sink whose receiver is `output`) and pumps the output
+/// into a hub and the store. The handle resolves once the run's log is stored.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn launch(
+    state: &AppState,
+    run_id: &str,
+    thread_id: &str,
+    cancel: CancellationToken,
+    execution: impl Future<Output = RunResult> + Send + 'static,
+    output: mpsc::UnboundedReceiver<RunOutput>,
+    modes: &[String],
+    span: tracing::Span,
+) -> JoinHandle<RunResult> {
+    let streams = state.streams.clone();
+    let store = state.store.clone();
+    let lease = streams.config().lease;
+    match store
+        .acquire_run_lease(run_id, streams.lease_owner(), lease)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => tracing::warn!(run_id, "the new run's lease is held by another process"),
+        Err(error) => tracing::error!(%error, run_id, "taking the run lease failed"),
+    }
+    let hub = Hub::new(run_id, thread_id);
+    streams.hubs().insert(run_id.to_owned(), hub.clone());
+    let (done_tx, done) = watch::channel(false);
+    state.active.insert(
+        run_id,
+        ActiveRun {
+            cancel: cancel.clone(),
+            done,
+        },
+    );
+    let run_task = tokio::spawn(execution.instrument(span.clone()));
+    let persister = tokio::spawn(persist(hub.clone(), store.clone()).instrument(span.clone()));
+    let pump = Pump {
+        hub,
+        store,
+        streams,
+        active: state.active.clone(),
+        modes: Modes::of(modes),
+        cancel,
+        done: done_tx,
+    };
+    tokio::spawn(pump.run(run_task, persister, output).instrument(span))
+}
+
+/// Turns one run's output into frames and sees its log stored and its lease released.
+struct Pump {
+    hub: Arc<Hub>,
+    store: Arc<dyn Store>,
+    streams: Streams,
+    active: ActiveRuns,
+    modes: Modes,
+    cancel: CancellationToken,
+    done: watch::Sender<bool>,
+}
+
+impl Pump {
+    async fn run(
+        self,
+        mut run_task: JoinHandle<RunResult>,
+        mut persister: JoinHandle<()>,
+        mut output: mpsc::UnboundedReceiver<RunOutput>,
+    ) -> RunResult {
+        let (run_id, thread_id) = (self.hub.run_id.clone(), self.hub.thread_id.clone());
+        self.hub.push(
+            "metadata",
+            &json!({"run_id": run_id, "thread_id": thread_id}),
+            false,
+        );
+        let every = (self.streams.config().lease / 3).max(Duration::from_millis(100));
+        let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+        let joined = loop {
+            tokio::select! {
+                item = output.recv() => match item {
+                    Some(item) => self.frame(item),
+                    None => break (&mut run_task).await,
+                },
+                joined = &mut run_task => {
+                    // Output sent before the run returned is already queued.
+                    while let Ok(item) = output.try_recv() {
+                        self.frame(item);
+                    }
+                    break joined;
+                }
+                _ = renew.tick() => self.renew().await,
+            }
+        };
+        let result = match joined {
+            Ok(result) => result,
+            Err(error) => self.failed(&error.to_string()).await,
+        };
+        if result.status == RunStatus::Error {
+            self.hub.push(
+                "error",
+                &json!({"message": result.error.clone().unwrap_or_default(), "name": "RunError"}),
+                false,
+            );
+        }
+        self.hub.push("end", &Value::Null, true);
+        loop {
+            tokio::select! {
+                _ = &mut persister => break,
+                _ = renew.tick() => self.renew().await,
+            }
+        }
+        let owner = self.streams.lease_owner();
+        if let Err(error) = self.store.release_run_lease(&run_id, owner).await {
+            tracing::warn!(%error, "releasing the run lease failed; it will expire");
+        }
+        {
+            let mut hubs = self.streams.hubs();
+            if hubs
+                .get(&run_id)
+                .is_some_and(|hub| Arc::ptr_eq(hub, &self.hub))
+            {
+                hubs.remove(&run_id);
+            }
+        }
+        self.active.remove(&run_id);
+        let _ = self.done.send(true);
+        result
+    }
+
+    fn frame(&self, item: RunOutput) {
+        match item {
+            RunOutput::Values(state) if self.modes.values => self.hub.push("values", &state, false),
+            RunOutput::Message { message, node } if self.modes.messages => {
+                let metadata = json!({"run_id": self.hub.run_id, "thread_id": self.hub.thread_id, "langgraph_node": node, "tags": []});
+                self.hub
+                    .push("messages", &json!([message, metadata]), false);
+            }
+            RunOutput::Custom { payload, .. } if self.modes.custom => {
+                self.hub.push("custom", &payload, false);
+            }
+            _ => {}
+        }
+    }
+
+    /// Renews the lease; a lease taken over means another process recovered the run,
+    /// so this execution stops.
+    async fn renew(&self) {
+        let (run_id, owner, lease) = (
+            &self.hub.run_id,
+            self.streams.lease_owner(),
+            self.streams.config().lease,
+        );
+        match self.store.renew_run_lease(run_id, owner, lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(run_id, "the run lease was lost; cancelling the run");
+                self.cancel.cancel();
+            }
+            Err(error) => tracing::warn!(%error, run_id, "renewing the run lease failed"),
+        }
+    }
+
+    /// The result of a run whose task panicked; its record is marked `error`.
+    async fn failed(&self, reason: &str) -> RunResult {
+        tracing::error!(reason, "the run task failed");
+        let error = "The run ended unexpectedly".to_owned();
+        let update = RunStatusUpdate {
+            status: RunStatus::Error,
+            stop_reason: None,
+            error: Some(error.clone()),
+        };
+        if let Err(store_error) = self
+            .store
+            .update_run_status(&self.hub.run_id, &update)
+            .await
+        {
+            tracing::error!(%store_error, "marking the failed run failed");
+        }
+        RunResult {
+            status: RunStatus::Error,
+            stop_reason: None,
+            error: Some(error),
+            messages: Vec::new(),
+            usage: RunUsage::default(),
+        }
+    }
+}
+
+/// Writes a hub's frames behind it, in order, until the final frame is stored. A failed
+/// write is retried with backoff for as long as the process lives: frames stay in the
+/// hub meanwhile, so none is lost and none is written twice (the store skips stored ids).
+async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>) {
+    let mut changes = hub.subscribe();
+    let mut backoff = RETRY_MIN;
+    loop {
+        changes.borrow_and_update();
+        let (frames, ends) = hub.unpersisted(PERSIST_BATCH);
+        let Some(last) = frames.last().map(|f| f.id) else {
+            if hub.is_flushed() || changes.changed().await.is_err() {
+                return;
+            }
+            // Let a burst gather, but write the final frames at once: the run counts as
+            // done only when they are stored.
+            let finished = async { while !hub.is_finished() && changes.changed().await.is_ok() {} };
+            let _ = tokio::time::timeout(LINGER, finished).await;
+            continue;
+        };
+        let batch = FrameBatch {
+            run_id: hub.run_id.clone(),
+            thread_id: hub.thread_id.clone(),
+            frames: frames
+                .iter()
+                .map(|f| StreamFrame {
+                    id: f.id as i64,
+                    event: f.event.clone(),
+                    data: f.data.clone(),
+                })
+                .collect(),
+            ends,
+        };
+        match store.append_frames(&batch).await {
+            Ok(_) => {
+                hub.persisted(last);
+                backoff = RETRY_MIN;
+                if ends {
+                    return;
+                }
+            }
+            Err(error) if error.is_invalid_input() => {
+                // The run was deleted, or a bug made the frames unacceptable: retrying
+                // cannot help, and watchers here still have the hub.
+                tracing::error!(%error, "the run's stream frames cannot be stored; its log stops here");
+                return;
+            }
+            Err(error) => {
+                tracing::warn!(%error, retry_in = ?backoff, "storing stream frames failed");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(RETRY_MAX);
+            }
+        }
+    }
+}
+
+/// Waits until a run is no longer active in the store, or is gone: woken by the store's
+/// notices for it, and re-reading its record every [`POLL`] regardless.
+pub(crate) async fn wait_for_end(state: &AppState, thread_id: &str, run_id: &str) {
+    let mut notices = state.streams.notices();
+    loop {
+        match state.store.get_run(thread_id, run_id).await {
+            Ok(Some(run)) if run.status.is_active() => {}
+            Ok(_) => return,
+            Err(error) => tracing::warn!(%error, run_id, "reading the run failed"),
+        }
+        follow::wait_for_notice(&mut notices, run_id, POLL).await;
+    }
+}
+
+/// Cancels a run wherever it executes: here through its token, elsewhere through a
+/// stored request its owner acts on. Then waits for it to end.
+pub(crate) async fn cancel_and_wait(state: &AppState, thread_id: &str, run_id: &str) {
+    if let Some(active) = state.active.get(run_id) {
+        active.cancel.cancel();
+        let mut done = active.done.clone();
+        let _ = done.wait_for(|ended| *ended).await;
+        return;
+    }
+    match state.store.request_cancel(run_id).await {
+        Ok(true) => wait_for_end(state, thread_id, run_id).await,
+        Ok(false) => {}
+        Err(error) => tracing::error!(%error, run_id, "storing the cancel request failed"),
+    }
+}

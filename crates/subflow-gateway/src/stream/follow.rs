@@ -1,0 +1,521 @@
+//! Following a run's stream from a cursor (SPEC §2.5): the frames after it, once each and
+//! in order, then live frames until `end`. A run executing here is read from its hub
+//! (and from the store for whatever already left the hub's window); any other run from
+//! the store, woken by the store's notices and re-read every second regardless.
+//!
+//! A cursor whose following frames were pruned gets one `gap` frame and the stream
+//! closes; a rejoin without a cursor on a terminal run whose log was pruned gets a lone
+//! `end`.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use subflow_store::{Store, StreamFrame, StreamNotice};
+use tokio::sync::{broadcast, watch};
+use tokio::time::MissedTickBehavior;
+use tokio_util::sync::CancellationToken;
+
+use super::hub::{Hub, Read};
+use super::{POLL, Streams};
+use crate::sse;
+use crate::{ActiveRuns, ApiError};
+
+/// Frames read per step.
+const PAGE: u32 = 256;
+
+/// How long a watcher waits before re-reading after a failed store read.
+const READ_RETRY: Duration = Duration::from_secs(1);
+
+/// The stream modes a rejoin may name, and the frame each one selects.
+const MODE_EVENTS: [(&str, &str); 4] = [
+    ("values", "values"),
+    ("messages-tuple", "messages"),
+    ("updates", "updates"),
+    ("custom", "custom"),
+];
+
+/// Frames every watcher gets whatever modes it asked for.
+const ALWAYS: [&str; 3] = ["metadata", "error", "end"];
+
+/// The query of `GET …/runs/{run_id}/stream`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct RejoinParams {
+    /// The frames (by event name) the watcher wants; `None` for all of them.
+    pub events: Option<Vec<&'static str>>,
+    /// Whether losing this watcher cancels the run.
+    pub cancel_on_disconnect: bool,
+}
+
+impl RejoinParams {
+    /// Reads `stream_mode` (repeated, or comma-separated) and `cancel_on_disconnect`;
+    /// unknown modes and non-boolean flags are 422. Other keys are ignored.
+    pub fn parse(query: Option<&str>) -> Result<Self, ApiError> {
+        let mut params = RejoinParams::default();
+        let mut modes: Vec<&str> = Vec::new();
+        for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match key {
+                "stream_mode" | "stream_mode[]" => {
+                    modes.extend(value.split(',').filter(|m| !m.is_empty()));
+                }
+                "cancel_on_disconnect" => {
+                    params.cancel_on_disconnect = match value {
+                        "true" | "True" | "1" => true,
+                        "false" | "False" | "0" | "" => false,
+                        other => {
+                            return Err(ApiError::Unprocessable(format!(
+                                "cancel_on_disconnect must be true or false, got '{other}'"
+                            )));
+                        }
+                    };
+                }
+                _ => {}
+            }
+        }
+        if modes.is_empty() {
+            return Ok(params);
+        }
+        let unknown: Vec<&str> = modes
+            .iter()
+            .copied()
+            .filter(|m| !MODE_EVENTS.iter().any(|(mode, _)| mode == m))
+            .collect();
+        if !unknown.is_empty() {
+            return Err(ApiError::Unprocessable(format!(
+                "Unsupported stream mode(s): {}",
+                unknown.join(", ")
+            )));
+        }
+        params.events = Some(
+            MODE_EVENTS
+                .iter()
+                .filter(|(mode, _)| modes.contains(mode))
+                .map(|(_, event)| *event)
+                .collect(),
+        );
+        Ok(params)
+    }
+}
+
+/// The `Last-Event-ID` header as a cursor: absent is `None`; anything but a decimal id
+/// is 422.
+pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    let Some(value) = headers.get("last-event-id") else {
+        return Ok(None);
+    };
+    let text = value.to_str().unwrap_or("").trim();
+    if !text.is_empty()
+        && text.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(id) = text.parse::<u64>()
+    {
+        return Ok(Some(id));
+    }
+    Err(ApiError::Unprocessable(format!(
+        "Invalid Last-Event-ID header: expected a non-negative integer event id, got '{}'",
+        String::from_utf8_lossy(value.as_bytes())
+    )))
+}
+
+/// Waits for a notice about `run_id` (or one asking everyone to re-read), at most `limit`.
+pub(crate) async fn wait_for_notice(
+    notices: &mut broadcast::Receiver<StreamNotice>,
+    run_id: &str,
+    limit: Duration,
+) {
+    let deadline = tokio::time::sleep(limit);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            () = &mut deadline => return,
+            notice = notices.recv() => match notice {
+                Ok(StreamNotice::Appended { run_id: id, .. }) if id == run_id => return,
+                Ok(StreamNotice::Resync) | Err(broadcast::error::RecvError::Lagged(_)) => return,
+                Ok(_) => {}
+                Err(broadcast::error::RecvError::Closed) => {
+                    deadline.as_mut().await;
+                    return;
+                }
+            },
+        }
+    }
+}
+
+enum Source {
+    Hub(Arc<Hub>, watch::Receiver<u64>),
+    Store,
+}
+
+/// What a follower does next.
+#[derive(Debug)]
+pub(crate) enum Step {
+    /// Send these bytes.
+    Send(Bytes),
+    /// The stream is over.
+    Close,
+}
+
+/// One watcher of one run, at a cursor.
+pub(crate) struct Follow {
+    streams: Streams,
+    store: Arc<dyn Store>,
+    thread_id: String,
+    run_id: String,
+    source: Source,
+    notices: broadcast::Receiver<StreamNotice>,
+    cursor: u64,
+    /// The cursor the client gave.
+    requested: Option<u64>,
+    sent_any: bool,
+    events: Option<Vec<&'static str>>,
+    finished: bool,
+}
+
+impl std::fmt::Debug for Follow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Follow")
+            .field("run_id", &self.run_id)
+            .field("cursor", &self.cursor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Follow {
+    /// A watcher of `run_id` (of `thread_id`) after `cursor`, wanting `events` (all when
+    /// `None`).
+    pub fn new(
+        streams: &Streams,
+        store: Arc<dyn Store>,
+        thread_id: &str,
+        run_id: &str,
+        cursor: Option<u64>,
+        events: Option<Vec<&'static str>>,
+    ) -> Self {
+        // Subscribe before the first read, so no notice falls between the two.
+        let notices = streams.notices();
+        let source = match streams.hub(run_id) {
+            Some(hub) => {
+                let changes = hub.subscribe();
+                Source::Hub(hub, changes)
+            }
+            None => Source::Store,
+        };
+        Follow {
+            streams: streams.clone(),
+            store,
+            thread_id: thread_id.to_owned(),
+            run_id: run_id.to_owned(),
+            source,
+            notices,
+            cursor: cursor.unwrap_or(0),
+            requested: cursor,
+            sent_any: false,
+            events,
+            finished: false,
+        }
+    }
+
+    /// Whether the stream has delivered its `end` (or closed).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// The next bytes to send, or the end of the stream. Cancel-safe: the cursor only
+    /// moves when bytes are returned.
+    pub async fn next(&mut self) -> Step {
+        if self.finished {
+            return Step::Close;
+        }
+        loop {
+            let result = match self.source {
+                Source::Hub(..) => self.read_hub().await,
+                Source::Store => self.read_store().await,
+            };
+            match result {
+                Ok(Some(step)) => return step,
+                Ok(None) => {}
+                Err(error) => {
+                    tracing::warn!(%error, run_id = %self.run_id, "reading the run's stream failed; retrying");
+                    tokio::time::sleep(READ_RETRY).await;
+                }
+            }
+        }
+    }
+
+    fn wants(&self, event: &str) -> bool {
+        self.events
+            .as_ref()
+            .is_none_or(|events| ALWAYS.contains(&event) || events.contains(&event))
+    }
+
+    /// Moves the cursor over `frames` and returns the bytes of the wanted ones; `None`
+    /// when none was wanted and the stream goes on.
+    fn deliver<'a>(&mut self, frames: impl Iterator<Item = (u64, &'a str, Bytes)>) -> Option<Step> {
+        let mut out = Vec::new();
+        for (id, event, bytes) in frames {
+            self.cursor = id;
+            if self.wants(event) {
+                out.extend_from_slice(&bytes);
+            }
+            if event == "end" {
+                self.finished = true;
+                break;
+            }
+        }
+        if !out.is_empty() {
+            self.sent_any = true;
+            return Some(Step::Send(Bytes::from(out)));
+        }
+        self.finished.then_some(Step::Close)
+    }
+
+    fn deliver_stored(&mut self, frames: &[StreamFrame]) -> Option<Step> {
+        self.deliver(frames.iter().map(|f| {
+            let id = u64::try_from(f.id).unwrap_or(0);
+            (id, f.event.as_str(), sse::frame_text(&f.event, &f.data, id))
+        }))
+    }
+
+    fn close_with(&mut self, bytes: Bytes) -> Option<Step> {
+        self.finished = true;
+        self.sent_any = true;
+        Some(Step::Send(bytes))
+    }
+
+    async fn read_hub(&mut self) -> Result<Option<Step>, subflow_store::Error> {
+        let Source::Hub(hub, changes) = &mut self.source else {
+            return Ok(None);
+        };
+        changes.borrow_and_update();
+        match hub.read_after(self.cursor, PAGE as usize) {
+            Read::Frames(frames) => Ok(self.deliver(
+                frames
+                    .iter()
+                    .map(|f| (f.id, f.event.as_str(), f.sse.clone())),
+            )),
+            Read::Behind { before } => {
+                let wanted = u32::try_from(before - 1 - self.cursor).unwrap_or(PAGE);
+                let frames = self
+                    .store
+                    .read_frames(&self.run_id, self.cursor as i64, wanted.clamp(1, PAGE))
+                    .await?;
+                if frames.is_empty() {
+                    // The log went away under the hub (the run was deleted).
+                    self.source = Source::Store;
+                    return Ok(None);
+                }
+                Ok(self.deliver_stored(&frames))
+            }
+            Read::Finished => {
+                self.finished = true;
+                Ok(Some(Step::Close))
+            }
+            Read::Pending => {
+                if changes.changed().await.is_err() {
+                    self.source = Source::Store;
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    async fn read_store(&mut self) -> Result<Option<Step>, subflow_store::Error> {
+        if let Some(hub) = self.streams.hub(&self.run_id) {
+            let changes = hub.subscribe();
+            self.source = Source::Hub(hub, changes);
+            return Ok(None);
+        }
+        let frames = self
+            .store
+            .read_frames(&self.run_id, self.cursor as i64, PAGE)
+            .await?;
+        if !frames.is_empty() {
+            return Ok(self.deliver_stored(&frames));
+        }
+        let log = self.store.stream_log(&self.run_id).await?;
+        if let Some(log) = &log {
+            let last_id = u64::try_from(log.last_id).unwrap_or(0);
+            if log.pruned && self.cursor < last_id {
+                if self.requested.is_none() && !self.sent_any {
+                    return Ok(self.close_with(sse::frame_text("end", "null", last_id)));
+                }
+                let gap = json!({
+                    "code": "stream_replay_gap",
+                    "run_id": self.run_id,
+                    "requested_event_id": self.cursor,
+                    "earliest_available_event_id": log.earliest_id,
+                    "latest_available_event_id": log.latest_id,
+                    "recovery": "reload_durable_state",
+                });
+                return Ok(self.close_with(sse::frame_without_id("gap", &gap)));
+            }
+            if log.ended {
+                self.finished = true;
+                return Ok(Some(Step::Close));
+            }
+        }
+        let run = self.store.get_run(&self.thread_id, &self.run_id).await?;
+        match run {
+            None => {
+                self.finished = true;
+                return Ok(Some(Step::Close));
+            }
+            Some(run) if log.is_none() && !run.status.is_active() => {
+                // A run that never logged a frame: it ended before its log existed.
+                if self.requested.is_none() && !self.sent_any {
+                    return Ok(self.close_with(sse::frame_without_id("end", &Value::Null)));
+                }
+                self.finished = true;
+                return Ok(Some(Step::Close));
+            }
+            Some(_) => {}
+        }
+        wait_for_notice(&mut self.notices, &self.run_id, POLL).await;
+        Ok(None)
+    }
+}
+
+/// What losing a watcher does to its run.
+#[derive(Debug)]
+pub(crate) enum OnDisconnect {
+    /// Nothing.
+    Continue,
+    /// Cancel through the run's own token (the creating request).
+    Token(CancellationToken),
+    /// Cancel wherever the run executes (a rejoin with `cancel_on_disconnect=true`).
+    Run {
+        /// Runs executing here.
+        active: ActiveRuns,
+        /// For a remote cancel request.
+        store: Arc<dyn Store>,
+        /// The run.
+        run_id: String,
+    },
+}
+
+/// Fires [`OnDisconnect`] when the response body is dropped before the stream ended.
+#[derive(Debug)]
+struct DisconnectGuard(Option<OnDisconnect>);
+
+impl DisconnectGuard {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        match self.0.take() {
+            None | Some(OnDisconnect::Continue) => {}
+            Some(OnDisconnect::Token(token)) => token.cancel(),
+            Some(OnDisconnect::Run {
+                active,
+                store,
+                run_id,
+            }) => {
+                if let Some(run) = active.get(&run_id) {
+                    run.cancel.cancel();
+                } else if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                    runtime.spawn(async move {
+                        if let Err(error) = store.request_cancel(&run_id).await {
+                            tracing::error!(%error, run_id, "storing the cancel request failed");
+                        }
+                    });
+                }
+            }
+        }
+    }
+}
+
+struct BodyState<K> {
+    follow: Follow,
+    heartbeat: tokio::time::Interval,
+    guard: DisconnectGuard,
+    _keep: K,
+}
+
+/// The SSE response of a follower: its frames, `: heartbeat` every `heartbeat` while it
+/// waits, and `on_disconnect` applied if the client goes before the stream ends. `keep`
+/// lives as long as the body (e.g. an open-stream gauge).
+pub(crate) fn sse_response(
+    follow: Follow,
+    heartbeat: Duration,
+    on_disconnect: OnDisconnect,
+    keep: impl Send + 'static,
+) -> Response {
+    let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + heartbeat, heartbeat);
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let state = BodyState {
+        follow,
+        heartbeat: ticks,
+        guard: DisconnectGuard(Some(on_disconnect)),
+        _keep: keep,
+    };
+    let frames = futures::stream::unfold(state, |mut state| async move {
+        let bytes = tokio::select! {
+            step = state.follow.next() => match step {
+                Step::Send(bytes) => bytes,
+                Step::Close => {
+                    state.guard.disarm();
+                    return None;
+                }
+            },
+            _ = state.heartbeat.tick() => Bytes::from_static(sse::HEARTBEAT),
+        };
+        if state.follow.is_finished() {
+            state.guard.disarm();
+        }
+        Some((Ok::<_, Infallible>(bytes), state))
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(frames),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejoin_queries_name_modes_repeated_or_comma_separated() {
+        assert_eq!(RejoinParams::parse(None).unwrap(), RejoinParams::default());
+        let params =
+            RejoinParams::parse(Some("stream_mode=custom&stream_mode=values,messages-tuple"))
+                .unwrap();
+        assert_eq!(params.events, Some(vec!["values", "messages", "custom"]));
+        assert!(!params.cancel_on_disconnect);
+        let params = RejoinParams::parse(Some("cancel_on_disconnect=true&x=1")).unwrap();
+        assert!(params.cancel_on_disconnect);
+        assert_eq!(params.events, None);
+        let Err(ApiError::Unprocessable(detail)) = RejoinParams::parse(Some("stream_mode=debug"))
+        else {
+            panic!("422")
+        };
+        assert_eq!(detail, "Unsupported stream mode(s): debug");
+        assert!(RejoinParams::parse(Some("cancel_on_disconnect=maybe")).is_err());
+    }
+
+    #[test]
+    fn last_event_ids_are_decimal_or_a_422() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(last_event_id(&headers).unwrap(), None);
+        headers.insert("last-event-id", " 42 ".parse().unwrap());
+        assert_eq!(last_event_id(&headers).unwrap(), Some(42));
+        for bad in ["abc", "-1", "4.2", "", "99999999999999999999999"] {
+            headers.insert("last-event-id", bad.parse().unwrap());
+            assert!(
+                matches!(last_event_id(&headers), Err(ApiError::Unprocessable(_))),
+                "{bad:?}"
+            );
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The process-local hub of one executing run: the frames it produced, numbered here,
+//! held until they are persisted and a little longer, so watchers in this process
+//! follow the run without polling the store.
+//!
+//! Ids are assigned under the hub's lock, 1, 2, 3, … with no gaps. Only persisted frames
+//! leave the window, so a watcher that falls behind it finds every missing frame in the
+//! store.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use axum::body::Bytes;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use crate::sse;
+
+/// Persisted frames kept for watchers beyond the unpersisted ones, by count …
+const WINDOW_FRAMES: usize = 512;
+/// … and by bytes: `values` frames carry the whole conversation.
+const WINDOW_BYTES: usize = 8 * 1024 * 1024;
+
+/// One numbered frame, kept as JSON text for the store and as SSE bytes for clients.
+#[derive(Debug)]
+pub struct Frame {
+    /// The SSE id.
+    pub id: u64,
+    /// The SSE event name.
+    pub event: String,
+    /// JSON text.
+    pub data: String,
+    /// The encoded frame.
+    pub sse: Bytes,
+}
+
+impl Frame {
+    /// A frame as stored and as sent.
+    pub fn new(id: u64, event: &str, data: String) -> Self {
+        Frame {
+            id,
+            sse: sse::frame_text(event, &data, id),
+            event: event.to_owned(),
+            data,
+        }
+    }
+}
+
+/// What a watcher at a cursor finds in the hub.
+#[derive(Debug)]
+pub enum Read {
+    /// The next frames after the cursor, in order.
+    Frames(Vec<Arc<Frame>>),
+    /// The frames after the cursor left the window; they are persisted up to `before`
+    /// (exclusive), so read them from the store.
+    Behind {
+        /// The first id still in the window.
+        before: u64,
+    },
+    /// Nothing after the cursor and nothing more will come.
+    Finished,
+    /// Nothing after the cursor yet.
+    Pending,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    window: VecDeque<Arc<Frame>>,
+    window_bytes: usize,
+    last_id: u64,
+    persisted: u64,
+    /// The final frame was pushed.
+    finished: bool,
+}
+
+impl State {
+    fn first_id(&self) -> u64 {
+        self.window.front().map_or(self.last_id + 1, |f| f.id)
+    }
+
+    fn evict(&mut self) {
+        while let Some(front) = self.window.front() {
+            let over = self.window.len() > WINDOW_FRAMES || self.window_bytes > WINDOW_BYTES;
+            if front.id > self.persisted || !over {
+                break;
+            }
+            self.window_bytes -= front.sse.len();
+            self.window.pop_front();
+        }
+    }
+}
+
+/// The hub of one run.
+#[derive(Debug)]
+pub struct Hub {
+    /// The run.
+    pub run_id: String,
+    /// Its thread.
+    pub thread_id: String,
+    state: Mutex<State>,
+    changed: watch::Sender<u64>,
+}
+
+impl Hub {
+    /// An empty hub.
+    pub fn new(run_id: &str, thread_id: &str) -> Arc<Self> {
+        Arc::new(Hub {
+            run_id: run_id.to_owned(),
+            thread_id: thread_id.to_owned(),
+            state: Mutex::new(State::default()),
+            changed: watch::channel(0).0,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every mutation is a push, a counter or a pop: nothing is left half-done.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Numbers a frame and makes it visible to watchers; `last` marks the final frame.
+    /// Frames after the final one are dropped.
+    pub fn push(&self, event: &str, data: &Value, last: bool) {
+        let mut state = self.lock();
+        if state.finished {
+            return;
+        }
+        let frame = Arc::new(Frame::new(state.last_id + 1, event, data.to_string()));
+        state.last_id = frame.id;
+        state.window_bytes += frame.sse.len();
+        state.window.push_back(frame);
+        state.finished = last;
+        drop(state);
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    /// A receiver that changes whenever a frame is pushed.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    /// Up to `limit` frames after `cursor`.
+    pub fn read_after(&self, cursor: u64, limit: usize) -> Read {
+        let state = self.lock();
+        if cursor >= state.last_id {
+            return if state.finished {
+                Read::Finished
+            } else {
+                Read::Pending
+            };
+        }
+        let first = state.first_id();
+        if cursor + 1 < first {
+            return Read::Behind { before: first };
+        }
+        let start = (cursor + 1 - first) as usize;
+        Read::Frames(state.window.range(start..).take(limit).cloned().collect())
+    }
+
+    /// Up to `limit` frames not yet persisted, and whether they end the log.
+    pub fn unpersisted(&self, limit: usize) -> (Vec<Arc<Frame>>, bool) {
+        let state = self.lock();
+        let first = state.first_id();
+        let start = (state.persisted + 1).saturating_sub(first) as usize;
+        let frames: Vec<Arc<Frame>> = state.window.range(start..).take(limit).cloned().collect();
+        let ends = state.finished && frames.last().is_some_and(|f| f.id == state.last_id);
+        (frames, ends)
+    }
+
+    /// Records that frames up to `id` are in the store.
+    pub fn persisted(&self, id: u64) {
+        let mut state = self.lock();
+        state.persisted = state.persisted.max(id);
+        state.evict();
+    }
+
+    /// Whether the final frame was pushed.
+    pub fn is_finished(&self) -> bool {
+        self.lock().finished
+    }
+
+    /// Whether the final frame was pushed and everything is persisted.
+    pub fn is_flushed(&self) -> bool {
+        let state = self.lock();
+        state.finished && state.persisted == state.last_id
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ids(read: Read) -> Vec<u64> {
+        match read {
+            Read::Frames(frames) => frames.iter().map(|f| f.id).collect(),
+            other => panic!("expected frames, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn frames_are_numbered_contiguously_and_read_by_cursor() {
+        let hub = Hub::new("r", "t");
+        assert!(matches!(hub.read_after(0, 10), Read::Pending));
+        for n in 0..5 {
+            hub.push("values", &json!({"n": n}), false);
+        }
+        assert_eq!(ids(hub.read_after(0, 10)), [1, 2, 3, 4, 5]);
+        assert_eq!(ids(hub.read_after(2, 2)), [3, 4]);
+        assert!(matches!(hub.read_after(5, 10), Read::Pending));
+        hub.push("end", &Value::Null, true);
+        hub.push("values", &json!({}), false);
+        assert_eq!(
+            ids(hub.read_after(5, 10)),
+            [6],
+            "nothing after the final frame"
+        );
+        assert!(matches!(hub.read_after(6, 10), Read::Finished));
+        let Read::Frames(frames) = hub.read_after(5, 1) else {
+            panic!("frames")
+        };
+        assert_eq!(&frames[0].sse[..], b"event: end\ndata: null\nid: 6\n\n");
+    }
+
+    #[test]
+    fn only_persisted_frames_leave_the_window() {
+        let hub = Hub::new("r", "t");
+        let total = WINDOW_FRAMES as u64 + 100;
+        for _ in 0..total {
+            hub.push("custom", &json!({}), false);
+        }
+        assert_eq!(
+            ids(hub.read_after(0, 1)),
+            [1],
+            "nothing persisted, nothing evicted"
+        );
+        let (batch, ends) = hub.unpersisted(50);
+        assert_eq!(batch.len(), 50);
+        assert!(!ends);
+        hub.persisted(150);
+        assert!(matches!(hub.read_after(0, 1), Read::Behind { before: 101 }));
+        assert_eq!(ids(hub.read_after(100, 1)), [101]);
+        let (batch, _) = hub.unpersisted(1);
+        assert_eq!(batch[0].id, 151);
+        hub.push("end", &Value::Null, true);
+        let (batch, ends) = hub.unpersisted(10_000);
+        assert_eq!(batch.last().unwrap().id, total + 1);
+        assert!(ends);
+        assert!(!hub.is_flushed());
+        hub.persisted(total + 1);
+        assert!(hub.is_flushed());
+        assert!(matches!(hub.read_after(0, 1), Read::Behind { .. }));
+    }
+}
