@@ -1,5 +1,6 @@
 //! `subflow bench gateway`: the gateway's read paths over real HTTP on loopback against
-//! the same reads straight from the store, and the idle memory of `subflow serve`.
+//! the same reads straight from the store, the idle memory of `subflow serve`, and the
+//! SSE latency of subagent steps with one stream and with many (`sse`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +23,19 @@ pub struct GatewayArgs {
     /// Requests timed per measurement.
     #[arg(long, default_value_t = 50)]
     requests: usize,
+    /// Concurrent streams of the SSE latency measurement (besides the single stream).
+    #[arg(long, default_value_t = 100)]
+    streams: usize,
+    /// AI steps each subagent takes in the SSE latency measurement.
+    #[arg(long, default_value_t = 20)]
+    steps: usize,
+    /// Milliseconds between a subagent's steps (its model's think time).
+    #[arg(long, default_value_t = 10)]
+    step_delay_ms: u64,
+    /// A PostgreSQL database (it is migrated and gets bench runs) on which to also time
+    /// steps of runs executing in one gateway as streamed by another.
+    #[arg(long)]
+    postgres_url: Option<String>,
 }
 
 fn p50(mut samples: Vec<Duration>) -> f64 {
@@ -115,6 +129,40 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         http / direct,
         p50(usage)
     );
+    let mut single = None;
+    for streams in [1, args.streams] {
+        let (sse, channel) =
+            super::sse::measure(dir.path(), streams, args.steps, args.step_delay_ms).await?;
+        eprintln!(
+            "bench gateway: SSE latency of {} subagent steps ({} per run, {} ms apart) with {streams} concurrent stream(s); baseline: the runtime's output channel",
+            sse.samples, args.steps, args.step_delay_ms
+        );
+        println!(
+            "sse_streams={streams} sse_p50_ms={:.3} sse_p99_ms={:.3} channel_p50_ms={:.3} channel_p99_ms={:.3} p50_ratio={:.2} p99_ratio={:.2}",
+            sse.p50_ms,
+            sse.p99_ms,
+            channel.p50_ms,
+            channel.p99_ms,
+            sse.p50_ms / channel.p50_ms,
+            sse.p99_ms / channel.p99_ms
+        );
+        single.get_or_insert(sse);
+    }
+    if let (Some(url), Some(local)) = (&args.postgres_url, single) {
+        let across =
+            super::sse::across_processes(dir.path(), url, 1, args.steps, args.step_delay_ms)
+                .await?;
+        eprintln!(
+            "bench gateway: a run executing in gateway A streamed through gateway B on PostgreSQL (LISTEN/NOTIFY), against the single local stream"
+        );
+        println!(
+            "cross_process_p50_ms={:.3} cross_process_p99_ms={:.3} local_p50_ms={:.3} p50_ratio={:.2}",
+            across.p50_ms,
+            across.p99_ms,
+            local.p50_ms,
+            across.p50_ms / local.p50_ms
+        );
+    }
     Ok(())
 }
 

@@ -3,6 +3,7 @@
 
 mod gateway;
 mod runtime;
+mod sse;
 mod store;
 
 use clap::Subcommand;

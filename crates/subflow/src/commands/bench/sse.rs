@@ -1,0 +1,451 @@
+//! The SSE latency part of `subflow bench gateway`: from the moment a subagent step
+//! exists (its model answer finished) to the moment a client over loopback has parsed
+//! its `custom` frame, with one stream and with many at once. The baseline is the same
+//! runs read from the runtime's in-process output channel, which is where the gateway
+//! takes the steps from: the ratio is what numbering, the hub, the write-behind log,
+//! HTTP and the client's parsing add. With a PostgreSQL database, the same steps are also
+//! timed through a second gateway that follows runs executing in the first one.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::StreamExt;
+use serde_json::{Value, json};
+use subflow_contracts::messages::Message;
+use subflow_gateway::{AppState, ModelListing};
+use subflow_models::{
+    ChatEvent, ChatModel, ChatRequest, ChatStream, Error, ModelInfo, ScriptedConfig, ScriptedModel,
+};
+use subflow_runtime::admission::{Admission, AdmissionConfig, AdmissionPolicy};
+use subflow_runtime::output::{OutputSink, RunOutput};
+use subflow_runtime::run::RunSpec;
+use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
+use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
+use subflow_store::spill::SpillFile;
+use subflow_store::{NewRun, Store};
+use subflow_store_sqlite::SqliteStore;
+use tokio_util::sync::CancellationToken;
+
+/// When each model answer finished, by run id and answer text.
+type Stamps = Arc<Mutex<HashMap<(String, String), Instant>>>;
+
+/// A model that records when each of its answers finished.
+#[derive(Debug)]
+struct Stamped {
+    inner: Arc<dyn ChatModel>,
+    stamps: Stamps,
+}
+
+#[async_trait::async_trait]
+impl ChatModel for Stamped {
+    fn info(&self) -> &ModelInfo {
+        self.inner.info()
+    }
+
+    async fn stream(&self, request: ChatRequest) -> Result<ChatStream, Error> {
+        let run_id = request.run_id.clone();
+        let stream = self.inner.stream(request).await?;
+        let stamps = self.stamps.clone();
+        let mut text = String::new();
+        Ok(stream
+            .map(move |event| {
+                match &event {
+                    Ok(ChatEvent::TextDelta(delta)) => text.push_str(delta),
+                    Ok(ChatEvent::Finish { .. }) => {
+                        let key = (run_id.clone(), std::mem::take(&mut text));
+                        stamps
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .insert(key, Instant::now());
+                    }
+                    _ => {}
+                }
+                event
+            })
+            .boxed())
+    }
+}
+
+/// Latency percentiles of one measurement, in milliseconds.
+#[derive(Debug, Clone, Copy)]
+pub struct Latency {
+    /// Median.
+    pub p50_ms: f64,
+    /// 99th percentile.
+    pub p99_ms: f64,
+    /// Steps measured.
+    pub samples: usize,
+}
+
+impl Latency {
+    fn of(mut samples: Vec<Duration>) -> anyhow::Result<Self> {
+        if samples.is_empty() {
+            bail!("no step was measured");
+        }
+        samples.sort();
+        let at = |p: f64| {
+            samples[((samples.len() as f64 - 1.0) * p).round() as usize].as_secs_f64() * 1000.0
+        };
+        Ok(Latency {
+            p50_ms: at(0.5),
+            p99_ms: at(0.99),
+            samples: samples.len(),
+        })
+    }
+}
+
+/// The lead delegates one task; the subagent takes `steps` AI steps (each listing a
+/// directory, so a tool step follows), `delay_ms` apart, then answers.
+fn script(steps: usize, delay_ms: u64) -> Value {
+    let mut turns: Vec<Value> = (0..steps)
+        .map(|n| json!({"text": format!("Step {n} of the survey."), "tool_calls": [{"name": "ls", "args": {"path": format!("area-{n}")}}], "delay_ms": delay_ms}))
+        .collect();
+    turns.push(json!({"text": "Survey complete."}));
+    json!({"rules": [
+        {"agent": "lead_agent", "turns": [
+            {"tool_calls": [{"name": "task", "args": {"description": "Survey", "prompt": "Survey the areas", "subagent_type": "general-purpose"}}]},
+            {"text": "The survey is complete."},
+        ]},
+        {"agent": "subagent:general-purpose", "turns": turns},
+    ]})
+}
+
+/// A runtime on a fresh SQLite file with the stamped scripted model; admission sized
+/// so that `streams` runs' subagents all execute at once.
+async fn runtime(
+    dir: &std::path::Path,
+    name: &str,
+    script: &std::path::Path,
+    streams: usize,
+    stamps: Stamps,
+) -> anyhow::Result<(Runtime, Arc<dyn Store>)> {
+    let url = format!("sqlite://{}", dir.join(format!("{name}.db")).display());
+    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url, 4).await?);
+    runtime_on(store, dir, name, script, streams, stamps)
+}
+
+/// A runtime on `store` with the stamped scripted model.
+fn runtime_on(
+    store: Arc<dyn Store>,
+    dir: &std::path::Path,
+    name: &str,
+    script: &std::path::Path,
+    streams: usize,
+    stamps: Stamps,
+) -> anyhow::Result<(Runtime, Arc<dyn Store>)> {
+    let scripted: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new(ScriptedConfig {
+        script: Some(script.to_path_buf()),
+        demo_delay_ms: 0,
+        ..ScriptedConfig::default()
+    })?);
+    let model: Arc<dyn ChatModel> = Arc::new(Stamped {
+        inner: scripted,
+        stamps,
+    });
+    let counters = Arc::new(StoreCounters::default());
+    let spill_dir = dir.join(name);
+    std::fs::create_dir_all(&spill_dir).context("creating the spill directory")?;
+    let retry = RetryQueue::spawn(
+        store.clone(),
+        Arc::new(SpillFile::in_dir(&spill_dir)),
+        RetryPolicy::default(),
+        counters.clone(),
+    );
+    let admission = Admission::new(AdmissionConfig {
+        max_running: streams.clamp(1, 64),
+        max_queued: 10_000,
+        admission_policy: AdmissionPolicy::Queue,
+        queue_timeout_seconds: 600,
+    });
+    let runtime = Runtime::new(
+        RuntimeConfig::with_defaults(dir.join(name).join("workspaces")),
+        store.clone(),
+        Models::new(vec![model]),
+        admission,
+        retry,
+        counters,
+    );
+    Ok((runtime, store))
+}
+
+/// The latency of an AI step's event, if `payload` is one whose finish was stamped.
+fn step_latency(payload: &Value, run_id: &str, stamps: &Stamps) -> Option<Duration> {
+    if payload["type"] != "task_running" || payload["message"]["type"] != "ai" {
+        return None;
+    }
+    let text = payload["message"]["content"].as_str()?.to_owned();
+    let stamps = stamps.lock().unwrap_or_else(|p| p.into_inner());
+    stamps
+        .get(&(run_id.to_owned(), text))
+        .map(|finished| finished.elapsed())
+}
+
+/// `streams` runs at once through a gateway, each followed by its own SSE client.
+async fn over_sse(
+    dir: &std::path::Path,
+    script: &std::path::Path,
+    streams: usize,
+) -> anyhow::Result<Latency> {
+    let stamps = Stamps::default();
+    let name = format!("sse-{streams}");
+    let (runtime, store) = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let (base, server) = serve(runtime, store).await?;
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let mut clients = Vec::new();
+    for n in 0..streams {
+        let (client, base, stamps) = (client.clone(), base.clone(), stamps.clone());
+        clients.push(tokio::spawn(async move {
+            let response = start_run(&client, &base, &format!("bench-sse-{n}")).await?;
+            time_steps(response, &stamps).await
+        }));
+    }
+    let mut samples = Vec::new();
+    for client in clients {
+        samples.extend(client.await.context("an SSE client failed")??);
+    }
+    server.abort();
+    Latency::of(samples)
+}
+
+/// A gateway on a free loopback port; its base URL and server task.
+async fn serve(
+    runtime: Runtime,
+    store: Arc<dyn Store>,
+) -> anyhow::Result<(String, tokio::task::JoinHandle<std::io::Result<()>>)> {
+    let state = AppState::new(
+        runtime,
+        store,
+        vec![ModelListing::named("scripted", "scripted-1")],
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let base = format!("http://{}", listener.local_addr()?);
+    let server = tokio::spawn(subflow_gateway::serve(
+        listener,
+        state,
+        std::future::pending(),
+    ));
+    Ok((base, server))
+}
+
+/// `streams` runs executing in gateway A, each followed through gateway B, both on the
+/// PostgreSQL database at `url`.
+pub async fn across_processes(
+    dir: &std::path::Path,
+    url: &str,
+    streams: usize,
+    steps: usize,
+    delay_ms: u64,
+) -> anyhow::Result<Latency> {
+    let path = dir.join("sse-script-postgres.json");
+    std::fs::write(&path, script(steps, delay_ms).to_string()).context("writing the script")?;
+    let stamps = Stamps::default();
+    let mut bases = Vec::new();
+    let mut servers = Vec::new();
+    for name in ["pg-a", "pg-b"] {
+        let store: Arc<dyn Store> = Arc::new(
+            subflow_store_postgres::PostgresStore::connect(url, 8)
+                .await
+                .context("connecting to PostgreSQL")?,
+        );
+        let (runtime, store) = runtime_on(store, dir, name, &path, streams, stamps.clone())?;
+        let (base, server) = serve(runtime, store).await?;
+        bases.push(base);
+        servers.push(server);
+    }
+    let client = reqwest::Client::builder().no_proxy().build()?;
+    let batch = uuid::Uuid::new_v4().simple().to_string();
+    let mut clients = Vec::new();
+    for n in 0..streams {
+        let (client, a, b, stamps) = (
+            client.clone(),
+            bases[0].clone(),
+            bases[1].clone(),
+            stamps.clone(),
+        );
+        let thread = format!("bench-pg-{}-{n}", &batch[..8]);
+        clients.push(tokio::spawn(async move {
+            let mut creator = start_run(&client, &a, &thread).await?;
+            let mut first = Vec::new();
+            while !first.windows(2).any(|w| w == b"\n\n") {
+                let chunk = creator
+                    .chunk()
+                    .await?
+                    .context("the run's stream is empty")?;
+                first.extend_from_slice(&chunk);
+            }
+            let metadata = String::from_utf8_lossy(&first);
+            let run_id = metadata
+                .split("\"run_id\":\"")
+                .nth(1)
+                .and_then(|rest| rest.split('"').next())
+                .context("the stream starts with metadata")?
+                .to_owned();
+            // The creator keeps reading (and discarding) so that A never waits for it.
+            let drain =
+                tokio::spawn(async move { while let Ok(Some(_)) = creator.chunk().await {} });
+            let watcher = client
+                .get(format!("{b}/api/threads/{thread}/runs/{run_id}/stream"))
+                .send()
+                .await?;
+            let latencies = time_steps(watcher, &stamps).await;
+            drain.abort();
+            latencies
+        }));
+    }
+    let mut samples = Vec::new();
+    for client in clients {
+        samples.extend(client.await.context("a cross-process client failed")??);
+    }
+    for server in servers {
+        server.abort();
+    }
+    Latency::of(samples)
+}
+
+/// Starts a streamed run that goes on without its client (`on_disconnect=continue`).
+async fn start_run(
+    client: &reqwest::Client,
+    base: &str,
+    thread: &str,
+) -> anyhow::Result<reqwest::Response> {
+    let response = client
+        .post(format!("{base}/api/threads/{thread}/runs/stream"))
+        .json(&json!({"input": {"messages": [{"role": "user", "content": "Survey everything"}]}, "stream_mode": ["custom"], "on_disconnect": "continue"}))
+        .send()
+        .await?;
+    if !response.status().is_success() {
+        bail!("starting a run answered {}", response.status());
+    }
+    Ok(response)
+}
+
+/// Reads a run's stream to `end`, timing every AI step as it is parsed.
+async fn time_steps(
+    mut response: reqwest::Response,
+    stamps: &Stamps,
+) -> anyhow::Result<Vec<Duration>> {
+    if !response.status().is_success() {
+        bail!("following a run answered {}", response.status());
+    }
+    let mut buffer: Vec<u8> = Vec::new();
+    let mut run_id = String::new();
+    let mut latencies = Vec::new();
+    while let Some(chunk) = response.chunk().await? {
+        buffer.extend_from_slice(&chunk);
+        while let Some(end) = buffer.windows(2).position(|w| w == b"\n\n") {
+            let block: Vec<u8> = buffer.drain(..end + 2).collect();
+            let block = String::from_utf8_lossy(&block);
+            let (mut event, mut data) = ("", "");
+            for line in block.lines() {
+                if let Some(name) = line.strip_prefix("event: ") {
+                    event = name;
+                } else if let Some(text) = line.strip_prefix("data: ") {
+                    data = text;
+                }
+            }
+            match event {
+                "metadata" => {
+                    let metadata: Value = serde_json::from_str(data)?;
+                    run_id = metadata["run_id"].as_str().unwrap_or_default().to_owned();
+                }
+                "custom" => {
+                    let payload: Value = serde_json::from_str(data)?;
+                    if let Some(latency) = step_latency(&payload, &run_id, stamps) {
+                        latencies.push(latency);
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(latencies)
+}
+
+/// The same `streams` runs executed by the runtime directly, each read from its output
+/// channel by a task of its own.
+async fn over_channel(
+    dir: &std::path::Path,
+    script: &std::path::Path,
+    streams: usize,
+) -> anyhow::Result<Latency> {
+    let stamps = Stamps::default();
+    let name = format!("channel-{streams}");
+    let (runtime, store) = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let mut runs = Vec::new();
+    for n in 0..streams {
+        let (runtime, store, stamps) = (runtime.clone(), store.clone(), stamps.clone());
+        runs.push(tokio::spawn(async move {
+            let (thread_id, run_id) = (format!("bench-channel-{n}"), format!("run-{n}"));
+            store
+                .create_run(NewRun {
+                    run_id: run_id.clone(),
+                    thread_id: thread_id.clone(),
+                    owner: "bench".into(),
+                    assistant_id: "lead_agent".into(),
+                    model_name: None,
+                    trace_id: None,
+                    metadata: Default::default(),
+                    multitask_strategy: "reject".into(),
+                    kwargs: json!({}),
+                })
+                .await?;
+            let (sink, mut output) = OutputSink::channel();
+            let key = run_id.clone();
+            let consumer = tokio::spawn(async move {
+                let mut latencies = Vec::new();
+                while let Some(item) = output.recv().await {
+                    if let RunOutput::Custom { payload, .. } = item
+                        && let Some(latency) = step_latency(&payload, &key, &stamps)
+                    {
+                        latencies.push(latency);
+                    }
+                }
+                latencies
+            });
+            let spec = RunSpec {
+                thread_id,
+                run_id,
+                user_id: Some("bench".into()),
+                model_name: None,
+                input: vec![Message::human("Survey everything")],
+                trace_id: uuid::Uuid::new_v4().simple().to_string(),
+                delegation_trace: None,
+                cancel: CancellationToken::new(),
+                timeout: Duration::from_secs(600),
+                trace: Default::default(),
+            };
+            runtime.run(spec, sink).await;
+            anyhow::Ok(consumer.await?)
+        }));
+    }
+    let mut samples = Vec::new();
+    for run in runs {
+        samples.extend(run.await.context("a baseline run failed")??);
+    }
+    Latency::of(samples)
+}
+
+/// SSE and channel latency with `streams` concurrent runs of `steps` AI steps each.
+pub async fn measure(
+    dir: &std::path::Path,
+    streams: usize,
+    steps: usize,
+    delay_ms: u64,
+) -> anyhow::Result<(Latency, Latency)> {
+    let path = dir.join(format!("sse-script-{streams}.json"));
+    std::fs::write(&path, script(steps, delay_ms).to_string()).context("writing the script")?;
+    let channel = over_channel(dir, &path, streams).await?;
+    let sse = over_sse(dir, &path, streams).await?;
+    // Every AI step is measured, the subagent's final answer included.
+    let expected = streams * (steps + 1);
+    if sse.samples != expected || channel.samples != expected {
+        bail!(
+            "expected {expected} steps, measured {} over SSE and {} from the channel",
+            sse.samples,
+            channel.samples
+        );
+    }
+    Ok((sse, channel))
+}
