@@ -35,10 +35,14 @@ use hub::Hub;
 /// Frames per store write; more pending frames go in the next write.
 const PERSIST_BATCH: usize = 256;
 
-/// How long the write-behind lets frames gather before it writes them. Watchers in this
-/// process read the hub and never wait for it; watchers elsewhere wait at most this much
-/// longer. It turns a commit per frame into a commit per burst when many runs stream.
-const LINGER: Duration = Duration::from_millis(20);
+/// How long the write-behind lets a run's frames gather before it writes them, per run
+/// writing in this process, within these bounds. Watchers in this process read the hub
+/// and never wait for it; watchers elsewhere wait at most this much longer. One stream
+/// commits almost every frame at once; a hundred commit bursts instead of frames, which
+/// keeps the store's single writer (SQLite) from becoming everyone's queue.
+const LINGER_PER_RUN: Duration = Duration::from_millis(1);
+const LINGER_MIN: Duration = Duration::from_millis(2);
+const LINGER_MAX: Duration = Duration::from_millis(100);
 
 /// The first and the longest wait before a failed write is retried.
 const RETRY_MIN: Duration = Duration::from_millis(100);
@@ -82,6 +86,14 @@ struct Shared {
     owner: String,
     hubs: Mutex<HashMap<String, Arc<Hub>>>,
     notices: broadcast::Sender<StreamNotice>,
+}
+
+impl Shared {
+    /// The write-behind's linger with the runs now streaming here.
+    fn linger(&self) -> Duration {
+        let runs = self.hubs.lock().unwrap_or_else(|p| p.into_inner()).len();
+        (LINGER_PER_RUN * u32::try_from(runs).unwrap_or(u32::MAX)).clamp(LINGER_MIN, LINGER_MAX)
+    }
 }
 
 impl Default for Streams {
@@ -188,7 +200,8 @@ pub(crate) async fn launch(
         },
     );
     let run_task = tokio::spawn(execution.instrument(span.clone()));
-    let persister = tokio::spawn(persist(hub.clone(), store.clone()).instrument(span.clone()));
+    let persister =
+        tokio::spawn(persist(hub.clone(), store.clone(), streams.clone()).instrument(span.clone()));
     let pump = Pump {
         hub,
         store,
@@ -341,7 +354,7 @@ impl Pump {
 /// Writes a hub's frames behind it, in order, until the final frame is stored. A failed
 /// write is retried with backoff for as long as the process lives: frames stay in the
 /// hub meanwhile, so none is lost and none is written twice (the store skips stored ids).
-async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>) {
+async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, streams: Streams) {
     let mut changes = hub.subscribe();
     let mut backoff = RETRY_MIN;
     loop {
@@ -354,7 +367,7 @@ async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>) {
             // Let a burst gather, but write the final frames at once: the run counts as
             // done only when they are stored.
             let finished = async { while !hub.is_finished() && changes.changed().await.is_ok() {} };
-            let _ = tokio::time::timeout(LINGER, finished).await;
+            let _ = tokio::time::timeout(streams.shared.linger(), finished).await;
             continue;
         };
         let batch = FrameBatch {
