@@ -190,6 +190,14 @@ pub(crate) async fn launch(
         Err(error) => tracing::error!(%error, run_id, "taking the run lease failed"),
     }
     let hub = Hub::new(run_id, thread_id);
+    hub.push(
+        "metadata",
+        &json!({"run_id": run_id, "thread_id": thread_id}),
+        false,
+    );
+    // `metadata` is stored before the run starts, so a run without a log is one that
+    // ended before logs existed, never one whose first write is still pending.
+    store_first_frames(&hub, &*store).await;
     streams.hubs().insert(run_id.to_owned(), hub.clone());
     let (done_tx, done) = watch::channel(false);
     state.active.insert(
@@ -232,12 +240,7 @@ impl Pump {
         mut persister: JoinHandle<()>,
         mut output: mpsc::UnboundedReceiver<RunOutput>,
     ) -> RunResult {
-        let (run_id, thread_id) = (self.hub.run_id.clone(), self.hub.thread_id.clone());
-        self.hub.push(
-            "metadata",
-            &json!({"run_id": run_id, "thread_id": thread_id}),
-            false,
-        );
+        let run_id = self.hub.run_id.clone();
         let every = (self.streams.config().lease / 3).max(Duration::from_millis(100));
         let mut renew = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
         let joined = loop {
@@ -351,6 +354,37 @@ impl Pump {
     }
 }
 
+/// Stores the frames a hub holds now, once; a failure is left to the write-behind.
+async fn store_first_frames(hub: &Hub, store: &dyn Store) {
+    let (frames, ends) = hub.unpersisted(PERSIST_BATCH);
+    let Some(last) = frames.last().map(|f| f.id) else {
+        return;
+    };
+    match store.append_frames(&batch_of(hub, &frames, ends)).await {
+        Ok(_) => hub.persisted(last),
+        Err(error) => {
+            tracing::warn!(%error, run_id = %hub.run_id, "storing the first frames failed; retrying behind")
+        }
+    }
+}
+
+/// The store batch of `frames` of `hub`.
+fn batch_of(hub: &Hub, frames: &[Arc<hub::Frame>], ends: bool) -> FrameBatch {
+    FrameBatch {
+        run_id: hub.run_id.clone(),
+        thread_id: hub.thread_id.clone(),
+        frames: frames
+            .iter()
+            .map(|f| StreamFrame {
+                id: f.id as i64,
+                event: f.event.clone(),
+                data: f.data.clone(),
+            })
+            .collect(),
+        ends,
+    }
+}
+
 /// Writes a hub's frames behind it, in order, until the final frame is stored. A failed
 /// write is retried with backoff for as long as the process lives: frames stay in the
 /// hub meanwhile, so none is lost and none is written twice (the store skips stored ids).
@@ -370,20 +404,7 @@ async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, streams: Streams) {
             let _ = tokio::time::timeout(streams.shared.linger(), finished).await;
             continue;
         };
-        let batch = FrameBatch {
-            run_id: hub.run_id.clone(),
-            thread_id: hub.thread_id.clone(),
-            frames: frames
-                .iter()
-                .map(|f| StreamFrame {
-                    id: f.id as i64,
-                    event: f.event.clone(),
-                    data: f.data.clone(),
-                })
-                .collect(),
-            ends,
-        };
-        match store.append_frames(&batch).await {
+        match store.append_frames(&batch_of(&hub, &frames, ends)).await {
             Ok(_) => {
                 hub.persisted(last);
                 backoff = RETRY_MIN;

@@ -337,6 +337,17 @@ impl Follow {
             return Ok(self.deliver_stored(&frames));
         }
         let log = self.store.stream_log(&self.run_id).await?;
+        if log.as_ref().is_some_and(|log| log.ended) {
+            // The last frames may have been committed between the two reads; once the log
+            // has ended, a read finds all of them.
+            let frames = self
+                .store
+                .read_frames(&self.run_id, self.cursor as i64, PAGE)
+                .await?;
+            if !frames.is_empty() {
+                return Ok(self.deliver_stored(&frames));
+            }
+        }
         if let Some(log) = &log {
             let last_id = u64::try_from(log.last_id).unwrap_or(0);
             if log.pruned && self.cursor < last_id {
@@ -365,7 +376,8 @@ impl Follow {
                 return Ok(Some(Step::Close));
             }
             Some(run) if log.is_none() && !run.status.is_active() => {
-                // A run that never logged a frame: it ended before its log existed.
+                // A run that never logged a frame (`launch` stores `metadata` before the
+                // run starts): it ended before stream logs existed.
                 if self.requested.is_none() && !self.sent_any {
                     return Ok(self.close_with(sse::frame_without_id("end", &Value::Null)));
                 }

@@ -543,7 +543,24 @@ async fn two_gateways_on_postgres_stream_each_others_runs_with_every_frame_once(
     let mut from_a = vec![metadata];
     from_a.extend(rest_of_a);
     assert_contiguous_to_end(&from_a, 1);
-    assert_eq!(from_b, from_a, "B streams the run in A identically");
+    let summary = |frames: &[Frame]| {
+        frames
+            .iter()
+            .map(|f| format!("{}:{}", f.id.as_deref().unwrap_or("-"), f.event))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        summary(&from_b),
+        summary(&from_a),
+        "the same frames in order"
+    );
+    for (b, a) in from_b.iter().zip(&from_a) {
+        assert_eq!(
+            b, a,
+            "B streams frame {:?} of the run in A identically",
+            a.id
+        );
+    }
 
     let resumed = b.rejoin("t-pg", &run_id, Some("3")).await;
     assert_eq!(resumed[..], from_a[3..]);
