@@ -427,17 +427,30 @@ async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, streams: Streams) {
     }
 }
 
-/// Waits until a run is no longer active in the store, or is gone: woken by the store's
-/// notices for it, and re-reading its record every [`POLL`] regardless.
+/// Waits until a run has ended in the store — no longer active and its log closed — or is
+/// gone: woken by the store's notices for it, and re-reading it every [`POLL`] regardless.
+/// Its owner stops writing then, so deleting it (rollback) races with nothing.
 pub(crate) async fn wait_for_end(state: &AppState, thread_id: &str, run_id: &str) {
     let mut notices = state.streams.notices();
     loop {
-        match state.store.get_run(thread_id, run_id).await {
-            Ok(Some(run)) if run.status.is_active() => {}
-            Ok(_) => return,
+        match ended(state, thread_id, run_id).await {
+            Ok(true) => return,
+            Ok(false) => {}
             Err(error) => tracing::warn!(%error, run_id, "reading the run failed"),
         }
         follow::wait_for_notice(&mut notices, run_id, POLL).await;
+    }
+}
+
+async fn ended(state: &AppState, thread_id: &str, run_id: &str) -> subflow_store::Result<bool> {
+    match state.store.get_run(thread_id, run_id).await? {
+        None => Ok(true),
+        Some(run) if run.status.is_active() => Ok(false),
+        Some(_) => Ok(state
+            .store
+            .stream_log(run_id)
+            .await?
+            .is_none_or(|log| log.ended)),
     }
 }
 

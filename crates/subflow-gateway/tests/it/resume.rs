@@ -596,6 +596,27 @@ async fn a_cancel_received_by_another_gateway_stops_the_run_where_it_executes() 
     );
     let frames = creator.rest().await;
     assert_eq!(frames.last().map(|f| f.event.as_str()), Some("end"));
+
+    let (rolled, _, creator) = a
+        .start_run("t-pg-rollback", demo_request(&["custom"], "continue"))
+        .await;
+    let response = b
+        .client
+        .post(b.url(&format!(
+            "/api/threads/t-pg-rollback/runs/{rolled}/cancel?action=rollback&wait=true"
+        )))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 202);
+    let frames = creator.rest().await;
+    assert_eq!(frames.last().map(|f| f.event.as_str()), Some("end"));
+    for gateway in [&a, &b] {
+        let (status, _, _) = gateway
+            .get_json(&format!("/api/threads/t-pg-rollback/runs/{rolled}"))
+            .await;
+        assert_eq!(status, 404, "rolled back everywhere");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
