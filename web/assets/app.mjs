@@ -525,6 +525,7 @@ async function finishRun(run, how) {
     if (generation === state.generation) state.runError ??= error.message;
   }
   if (generation !== state.generation) return;
+  if (run.stopping) state.runNote = "The run was stopped.";
   renderAllCards();
   renderMessages();
   renderControls();
