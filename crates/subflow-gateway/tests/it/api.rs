@@ -237,7 +237,7 @@ async fn every_response_carries_exactly_one_trace_id_following_the_precedence_ru
     let parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
     let adopted = app
         .client
-        .get(app.url("/nowhere"))
+        .get(app.url("/api/nowhere"))
         .header("traceparent", parent)
         .send()
         .await

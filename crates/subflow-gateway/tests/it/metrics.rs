@@ -12,6 +12,9 @@ use subflow_store::NewToken;
 
 use crate::{TestApp, spawn_app, spawn_app_tweaked};
 
+/// A sample's labels without `le`, sorted: one histogram series.
+type Labels = Vec<(String, String)>;
+
 const DEMO: &str = "Compare SQLite and PostgreSQL for our event store";
 
 /// One sample: metric name, labels, value.
@@ -377,7 +380,7 @@ async fn the_exposition_is_valid_prometheus_text_with_every_family() {
         if kind != "histogram" {
             continue;
         }
-        let mut series: BTreeMap<Vec<(String, String)>, Vec<(f64, f64)>> = BTreeMap::new();
+        let mut series: BTreeMap<Labels, Vec<(f64, f64)>> = BTreeMap::new();
         for sample in m
             .samples
             .iter()
