@@ -1,8 +1,10 @@
 //! `subflow tail` and `subflow usage` against a real `subflow serve` (SPEC §15.2).
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
+use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
@@ -118,7 +120,8 @@ fn last_by_task(lines: &[Value]) -> HashMap<String, Value> {
 fn tail_prints_a_json_line_per_card_change_until_the_run_succeeds() {
     let dir = tempfile::tempdir().unwrap();
     let config = config_with_delay(dir.path(), 20);
-    let (mut server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
     let run = start_run(&address, "tailed");
 
     // stdout is a pipe, not a terminal: JSON lines.
@@ -195,9 +198,6 @@ fn tail_prints_a_json_line_per_card_change_until_the_run_succeeds() {
     assert!(text.starts_with("Thread tailed: 1 counted run\n"), "{text}");
     assert!(text.contains("model") && text.contains("cost"), "{text}");
     assert!(text.contains("scripted-1"), "{text}");
-
-    server.kill().unwrap();
-    let _ = server.wait();
 }
 
 #[test]
@@ -205,7 +205,8 @@ fn tail_of_a_stopped_run_ends_its_unanswered_cards_failed_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
     // Slow text keeps the subagents busy long enough to stop them mid-task.
     let config = config_with_delay(dir.path(), 300);
-    let (mut server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
     let run = start_run(&address, "stopped");
     let mut tail = client_command(&address, &["tail", "stopped", "--json"])
         .stdout(Stdio::piped())
@@ -236,8 +237,163 @@ fn tail_of_a_stopped_run_ends_its_unanswered_cards_failed_and_exits_130() {
     for card in last.values() {
         assert_eq!(card["status"], "failed", "{card}");
     }
-    server.kill().unwrap();
-    let _ = server.wait();
+}
+
+/// A TCP proxy whose connections can be cut, and which answers the first resuming
+/// stream request (one with `Last-Event-ID`) with a `gap` frame instead of forwarding it.
+struct Proxy {
+    address: String,
+    connections: Arc<Mutex<Vec<TcpStream>>>,
+    heads: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proxy {
+    fn start(upstream: String) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let connections: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+        let heads: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (open, seen) = (connections.clone(), heads.clone());
+        std::thread::spawn(move || {
+            let mut gapped = false;
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                // The first request head of the connection.
+                let mut buffer = Vec::new();
+                let mut chunk = [0u8; 4096];
+                while !buffer.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match client.read(&mut chunk) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+                    }
+                }
+                let head = String::from_utf8_lossy(&buffer).to_ascii_lowercase();
+                seen.lock().unwrap().push(head.clone());
+                let resumes = head.starts_with("get ") && head.contains("/stream?");
+                if let (false, true, Some(cursor)) =
+                    (gapped, resumes, header(&head, "last-event-id"))
+                {
+                    gapped = true;
+                    let gap = json!({"code": "stream_replay_gap", "run_id": "r", "requested_event_id": cursor,
+                        "earliest_available_event_id": cursor + 1, "latest_available_event_id": cursor,
+                        "recovery": "reload_durable_state"});
+                    let _ = write!(
+                        client,
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\nevent: gap\ndata: {gap}\n\n"
+                    );
+                    continue;
+                }
+                let mut server = TcpStream::connect(&upstream).unwrap();
+                server.write_all(&buffer).unwrap();
+                open.lock()
+                    .unwrap()
+                    .extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                let (mut client_in, mut server_out) =
+                    (client.try_clone().unwrap(), server.try_clone().unwrap());
+                let later = seen.clone();
+                // Forwards the client's bytes and records each further request head: the
+                // tail sends only GETs, so heads are the text between blank lines.
+                std::thread::spawn(move || {
+                    let mut pending = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    while let Ok(n) = client_in.read(&mut chunk) {
+                        if n == 0 || server_out.write_all(&chunk[..n]).is_err() {
+                            break;
+                        }
+                        pending.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = pending.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head: Vec<u8> = pending.drain(..end + 4).collect();
+                            later
+                                .lock()
+                                .unwrap()
+                                .push(String::from_utf8_lossy(&head).to_ascii_lowercase());
+                        }
+                    }
+                });
+                std::thread::spawn(move || std::io::copy(&mut server, &mut client));
+            }
+        });
+        Proxy {
+            address,
+            connections,
+            heads,
+        }
+    }
+
+    /// Breaks every open connection, as a network failure would.
+    fn cut(&self) {
+        for stream in self.connections.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+fn header(head: &str, name: &str) -> Option<u64> {
+    head.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name}:")))
+        .and_then(|value| value.trim().parse().ok())
+}
+
+#[test]
+fn tail_resumes_after_a_broken_stream_and_recovers_from_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_delay(dir.path(), 100);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
+    let proxy = Proxy::start(address.clone());
+    start_run(&address, "resumed");
+    let mut tail = client_command(&proxy.address, &["tail", "resumed", "--json"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(tail.stdout.take().unwrap()).lines();
+    let mut lines = Vec::new();
+    for line in stdout.by_ref() {
+        let line: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        let started = line["step_count"].as_u64() > Some(0);
+        lines.push(line);
+        if started {
+            break;
+        }
+    }
+    proxy.cut();
+    lines.extend(stdout.map(|line| serde_json::from_str::<Value>(&line.unwrap()).unwrap()));
+    let output = tail.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("reconnecting"), "{stderr}");
+    assert!(stderr.contains("frames were pruned"), "{stderr}");
+
+    // It came back with its cursor twice: once answered by the gap, then from the gap's
+    // latest available id, which the proxy's gap set to the same cursor.
+    let resumes: Vec<u64> = proxy
+        .heads
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|head| head.contains("/stream?"))
+        .filter_map(|head| header(head, "last-event-id"))
+        .collect();
+    assert_eq!(resumes.len(), 2, "{resumes:?}");
+    assert_eq!(resumes[0], resumes[1]);
+
+    let last = last_by_task(&lines);
+    assert_eq!(last.len(), 3);
+    for card in last.values() {
+        assert_eq!(card["status"], "completed", "{card}");
+        assert_eq!(card["step_count"], 5, "{card}");
+    }
+}
+
+/// Stops a server when the test ends, also when it fails.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[test]

@@ -3,6 +3,7 @@
 use std::io::{Read, Write};
 
 use crate::cli::start_serve_with_env;
+use crate::client::KillOnDrop;
 
 /// A raw HTTP/1.1 response: status, header lines (lowercased names) and body.
 struct Raw {
@@ -66,7 +67,8 @@ fn get(address: &str, path: &str) -> Raw {
 #[test]
 fn the_workspace_is_served_at_the_root_and_for_its_own_paths_with_one_trace_id() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, address, _lines) = start_serve_with_env(dir.path(), &[], &[]);
+    let (child, address, _lines) = start_serve_with_env(dir.path(), &[], &[]);
+    let _server = KillOnDrop(child);
 
     let index = get(&address, "/");
     assert_eq!(index.status, 200);
@@ -137,16 +139,14 @@ fn the_workspace_is_served_at_the_root_and_for_its_own_paths_with_one_trace_id()
 
     // Pages are read, never written.
     assert_eq!(request(&address, "DELETE", "/", "").status, 404);
-
-    child.kill().unwrap();
-    let _ = child.wait();
 }
 
 #[test]
 fn web_enabled_false_serves_no_workspace() {
     let dir = tempfile::tempdir().unwrap();
-    let (mut child, address, _lines) =
+    let (child, address, _lines) =
         start_serve_with_env(dir.path(), &[], &[("SUBFLOW__WEB__ENABLED", "false")]);
+    let _server = KillOnDrop(child);
     for path in ["/", "/app.mjs", "/threads/t"] {
         let answer = get(&address, path);
         assert_eq!(answer.status, 404, "{path}");
@@ -154,6 +154,4 @@ fn web_enabled_false_serves_no_workspace() {
         assert_eq!(answer.one("x-trace-id").len(), 32);
     }
     assert_eq!(get(&address, "/health").status, 200);
-    child.kill().unwrap();
-    let _ = child.wait();
 }
