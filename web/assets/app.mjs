@@ -13,13 +13,12 @@ import {
   mergeCard,
   messageCardUpdates,
   newCard,
-  readToolMessage,
   shouldBackfill,
-  stopReasonLabel,
   taskEventUpdate,
 } from "./cards.mjs";
 import { CardElement } from "./cardui.mjs";
 import { append, h, setText } from "./dom.mjs";
+import { threadItems, threadTitle, usageParts } from "./panels.mjs";
 import { readFrames } from "./sse.mjs";
 
 const STREAM_MODES = ["values", "messages-tuple", "custom"];
@@ -93,15 +92,6 @@ function announce(text) {
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
-
-function threadTitle(thread) {
-  const values = thread?.values ?? {};
-  if (typeof values.title === "string" && values.title.trim() !== "") return values.title;
-  const first = (values.messages ?? []).find((m) => m?.type === "human");
-  const text = first ? flattenContent(first.content).trim() : "";
-  if (text !== "") return text.length > 60 ? `${text.slice(0, 60)}…` : text;
-  return thread?.thread_id ?? "New thread";
-}
 
 function showError(error) {
   state.runError = error instanceof Error ? error.message : String(error);
@@ -630,34 +620,16 @@ async function stopRun() {
 // ---------------------------------------------------------------------------- threads
 
 function renderThreads() {
-  const filter = els.search.value.trim().toLowerCase();
-  const shown = state.threads.filter(
-    (t) => filter === "" || threadTitle(t).toLowerCase().includes(filter) || t.thread_id.toLowerCase().includes(filter),
-  );
-  els.threadList.replaceChildren(
-    ...shown.map((thread) =>
-      h(
-        "li",
-        {},
-        h(
-          "button",
-          {
-            type: "button",
-            title: thread.thread_id,
-            "aria-current": thread.thread_id === state.threadId ? "page" : null,
-            dataset: { threadId: thread.thread_id },
-            onclick: () => {
-              closeSidebar();
-              openThread(thread.thread_id, { push: true });
-            },
-          },
-          threadTitle(thread),
-          thread.status === "busy" ? h("span", { class: "badge" }, "running") : null,
-        ),
-      ),
-    ),
-  );
-  els.threadListNote.hidden = shown.length > 0;
+  const items = threadItems(state.threads, {
+    filter: els.search.value,
+    current: state.threadId,
+    onOpen: (threadId) => {
+      closeSidebar();
+      openThread(threadId, { push: true });
+    },
+  });
+  els.threadList.replaceChildren(...items);
+  els.threadListNote.hidden = items.length > 0;
   setText(els.threadListNote, state.threads.length === 0 ? "No threads yet." : "No thread matches.");
 }
 
@@ -672,10 +644,6 @@ async function refreshThreads() {
   }
 }
 
-function formatCount(n) {
-  return typeof n === "number" ? n.toLocaleString() : "0";
-}
-
 async function refreshUsage() {
   const threadId = state.threadId;
   if (threadId === null) {
@@ -688,31 +656,7 @@ async function refreshUsage() {
       apiJson(paths.runs(threadId, "?limit=1")),
     ]);
     if (threadId !== state.threadId) return;
-    const parts = [
-      h("span", { class: "usage-tokens" }, `${formatCount(usage.total_tokens)} tokens`),
-      h(
-        "span",
-        {},
-        `lead ${formatCount(usage.by_caller?.lead_agent)} · subagents ${formatCount(usage.by_caller?.subagent)} · middleware ${formatCount(usage.by_caller?.middleware)}`,
-      ),
-    ];
-    const cost = usage.cost;
-    parts.push(
-      h(
-        "span",
-        { class: "usage-cost" },
-        cost ? `cost ${cost.total.toLocaleString(undefined, { maximumFractionDigits: 6 })} ${cost.currency}` : "cost: no prices configured",
-      ),
-    );
-    const context = usage.context_usage;
-    if (context) {
-      const of = context.max_context_tokens ? ` of ${formatCount(context.max_context_tokens)} (${context.percentage}%)` : "";
-      parts.push(h("span", {}, `context ${formatCount(context.token_count)}${of}`));
-    }
-    const last = Array.isArray(runs) ? runs[0] : undefined;
-    const reason = stopReasonLabel(last?.stop_reason);
-    if (reason !== null) parts.push(h("span", { class: "usage-stop" }, `last run capped: ${reason}`));
-    els.usage.replaceChildren(...parts);
+    els.usage.replaceChildren(...usageParts(usage, Array.isArray(runs) ? runs[0] : undefined));
   } catch (error) {
     els.usage.replaceChildren(h("span", {}, `Usage unavailable: ${error.message}`));
   }
