@@ -70,6 +70,19 @@ pub async fn spawn_app_tweaked(
             .await
             .unwrap(),
     );
+    serve_on(store, dir, auth, delay_ms, heartbeat, tweak).await
+}
+
+/// A gateway on `store` with a runtime of its own (spill file and workspaces in `dir`),
+/// like one `subflow serve` process; `tweak` adjusts its state before it serves.
+pub async fn serve_on(
+    store: Arc<dyn Store>,
+    dir: tempfile::TempDir,
+    auth: AuthMode,
+    delay_ms: u64,
+    heartbeat: Duration,
+    tweak: impl FnOnce(&mut AppState),
+) -> TestApp {
     let model: Arc<dyn ChatModel> = Arc::new(
         ScriptedModel::new(ScriptedConfig {
             demo_delay_ms: delay_ms,

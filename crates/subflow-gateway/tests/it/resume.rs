@@ -8,13 +8,8 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use subflow_contracts::{RunStatus, RunStopReason};
+use subflow_gateway::AuthMode;
 use subflow_gateway::stream::{StreamConfig, Streams};
-use subflow_gateway::{AppState, ModelListing};
-use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
-use subflow_runtime::admission::{Admission, AdmissionConfig};
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
 use subflow_store::{FrameBatch, NewRun, NewThread, RunStatusUpdate, Store, StreamFrame};
 use subflow_store_postgres::PostgresStore;
 use subflow_store_postgres::testing::TestDb;
@@ -32,55 +27,14 @@ const DEMO: &str = "Compare three storage engines";
 /// of `lease`. Its spill file and workspaces go in a directory of its own.
 async fn gateway_on(store: Arc<dyn Store>, delay_ms: u64, lease: Duration) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
-    let model: Arc<dyn ChatModel> = Arc::new(
-        ScriptedModel::new(ScriptedConfig {
-            demo_delay_ms: delay_ms,
-            ..ScriptedConfig::default()
-        })
-        .unwrap(),
-    );
-    let counters = Arc::new(StoreCounters::default());
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        Arc::new(SpillFile::in_dir(dir.path())),
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let runtime = Runtime::new(
-        RuntimeConfig::with_defaults(dir.path().join("workspaces")),
-        store.clone(),
-        Models::new(vec![model]),
-        Admission::new(AdmissionConfig::default()),
-        retry,
-        counters,
-    );
-    let state = AppState {
-        run_timeout: Duration::from_secs(600),
-        streams: Streams::new(StreamConfig {
+    let heartbeat = Duration::from_secs(15);
+    crate::serve_on(store, dir, AuthMode::Local, delay_ms, heartbeat, |state| {
+        state.streams = Streams::new(StreamConfig {
             retention: Duration::from_secs(3600),
             lease,
-        }),
-        ..AppState::new(
-            runtime,
-            store.clone(),
-            vec![ModelListing::named("scripted", "scripted-1")],
-        )
-    };
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let metrics = state.metrics.clone();
-    tokio::spawn(subflow_gateway::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
-    TestApp {
-        base,
-        client: reqwest::Client::builder().no_proxy().build().unwrap(),
-        store,
-        metrics,
-        _dir: dir,
-    }
+        });
+    })
+    .await
 }
 
 async fn sqlite_store(dir: &Path) -> SqliteStore {
