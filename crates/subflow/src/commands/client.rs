@@ -137,3 +137,14 @@ pub fn encode(text: &str) -> String {
     }
     encoded
 }
+
+/// A thread id from the command line, checked as the gateway checks it (exit 2 if bad).
+pub fn thread_arg(thread: &str) -> Result<&str, super::UsageError> {
+    if subflow_contracts::ids::is_valid_thread_id(thread) {
+        Ok(thread)
+    } else {
+        Err(super::UsageError(format!(
+            "invalid thread id '{thread}': expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
+        )))
+    }
+}

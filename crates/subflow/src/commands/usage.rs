@@ -6,9 +6,7 @@
 use std::fmt::Write as _;
 
 use serde_json::Value;
-use subflow_contracts::ids::is_valid_thread_id;
 
-use super::UsageError;
 use super::client::{Client, ClientArgs, encode};
 
 /// Arguments of `subflow usage`.
@@ -25,13 +23,7 @@ pub struct Args {
 
 /// Runs `subflow usage`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    if !is_valid_thread_id(&args.thread) {
-        return Err(UsageError(format!(
-            "invalid thread id '{}': expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'",
-            args.thread
-        ))
-        .into());
-    }
+    super::client::thread_arg(&args.thread)?;
     let client = Client::new(&args.client)?;
     let path = format!("/api/threads/{}/token-usage", encode(&args.thread));
     let body = client.get_text(&path).await?;

@@ -14,11 +14,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use serde_json::Value;
-use subflow_contracts::ids::is_valid_thread_id;
 use subflow_contracts::task_card;
 
+use super::Exit;
 use super::client::{Client, ClientArgs, encode};
-use super::{Exit, UsageError};
 use board::Board;
 use sse::SseDecoder;
 
@@ -277,13 +276,7 @@ async fn pick_run(client: &Client, thread: &str, run: Option<String>) -> anyhow:
 
 /// Runs `subflow tail`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    if !is_valid_thread_id(&args.thread) {
-        return Err(UsageError(format!(
-            "invalid thread id '{}': expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'",
-            args.thread
-        ))
-        .into());
-    }
+    super::client::thread_arg(&args.thread)?;
     let client = Client::new(&args.client)?;
     let thread = args.thread;
     let models = client.get_json("/api/models").await?;
