@@ -131,6 +131,9 @@ describe("the demo run", () => {
         ["5 steps", "5 steps", "5 steps"],
       );
       await screenshot(page, "demo-reloaded-expanded");
+      // Only the message list scrolls: expanded cards never make the page itself taller.
+      const pageHeight = await page.evaluate(() => [document.documentElement.scrollHeight, window.innerHeight]);
+      assert.equal(pageHeight[0], pageHeight[1], "the page does not scroll");
       assert.deepEqual(browser.errors, []);
     } finally {
       await browser.close();
