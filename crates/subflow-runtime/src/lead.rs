@@ -108,15 +108,7 @@ impl Lead<'_> {
             };
             let latency_ms = u64::try_from(started.elapsed().as_millis()).ok();
             if let Some(trace) = &self.run.trace {
-                trace.chat(&ChatCall {
-                    provider: info.provider,
-                    request_model: &info.model,
-                    started: chat_started,
-                    answer: answer
-                        .as_ref()
-                        .map(|(ai, _)| ai)
-                        .map_err(ToString::to_string),
-                });
+                trace.chat(&ChatCall::of(&info, chat_started, &answer));
             }
             let mut ai = match answer {
                 Ok((ai, _)) => ai,

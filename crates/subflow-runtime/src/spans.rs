@@ -13,6 +13,7 @@ use std::time::SystemTime;
 
 use serde_json::{Map, Value, json};
 use subflow_contracts::messages::{AiMessage, ToolCall, ToolMessage, ToolStatus};
+use subflow_models::ModelInfo;
 
 /// `langfuse.user.id` of a run without an owner, as in local mode (SPEC §9.2).
 pub const DEFAULT_USER: &str = "default";
@@ -314,6 +315,26 @@ pub(crate) struct ChatCall<'a> {
     pub started: SystemTime,
     /// The answer, or the provider's failure.
     pub answer: Result<&'a AiMessage, String>,
+}
+
+impl<'a> ChatCall<'a> {
+    /// The call to `model` that began at `started` and gave `answer` (an assembled
+    /// message with whatever else the provider returned, or the provider's failure).
+    pub fn of<T, E: fmt::Display>(
+        model: &'a ModelInfo,
+        started: SystemTime,
+        answer: &'a Result<(AiMessage, T), E>,
+    ) -> Self {
+        ChatCall {
+            provider: model.provider,
+            request_model: &model.model,
+            started,
+            answer: answer
+                .as_ref()
+                .map(|(ai, _)| ai)
+                .map_err(ToString::to_string),
+        }
+    }
 }
 
 impl AgentTrace {

@@ -161,15 +161,7 @@ impl Execution {
                 Err(error) => Err(error),
             };
             if let Some(trace) = &self.trace {
-                trace.chat(&ChatCall {
-                    provider: info.provider,
-                    request_model: &info.model,
-                    started: chat_started,
-                    answer: answer
-                        .as_ref()
-                        .map(|(ai, _)| ai)
-                        .map_err(ToString::to_string),
-                });
+                trace.chat(&ChatCall::of(&info, chat_started, &answer));
             }
             let ai = match answer {
                 Ok((ai, _)) => ai,
