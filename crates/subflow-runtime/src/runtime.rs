@@ -103,6 +103,11 @@ impl Models {
         Models { by_name, default }
     }
 
+    /// Whether a model of that configured name exists.
+    pub fn contains(&self, name: &str) -> bool {
+        self.by_name.contains_key(name)
+    }
+
     /// A model by name, else the default.
     pub fn get(&self, name: Option<&str>) -> Arc<dyn ChatModel> {
         name.and_then(|n| self.by_name.get(n))
@@ -180,7 +185,13 @@ impl Runtime {
         self
     }
 
-    /// The effective name of a requested model: the request's if configured, else the default.
+    /// Whether a model of that configured name exists.
+    pub fn knows_model(&self, name: &str) -> bool {
+        self.models.contains(name)
+    }
+
+    /// The configured name of the model a run asking for `requested` gets: that model if
+    /// it exists, else the default.
     pub fn model_name(&self, requested: Option<&str>) -> String {
         self.models.get(requested).info().name.clone()
     }

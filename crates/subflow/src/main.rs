@@ -30,6 +30,8 @@ struct Cli {
 enum Command {
     /// Migrate the database and start the gateway.
     Serve(commands::serve::Args),
+    /// Start a run through the gateway and print its answer (SUBFLOW_URL, SUBFLOW_TOKEN).
+    Run(commands::run::Args),
     /// Follow a run's task cards live (SUBFLOW_URL, SUBFLOW_TOKEN).
     Tail(commands::tail::Args),
     /// Print a thread's token usage and cost (SUBFLOW_URL, SUBFLOW_TOKEN).
@@ -81,6 +83,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => commands::serve::run(args).await,
+            Command::Run(args) => commands::run::run(args).await,
             Command::Tail(args) => commands::tail::run(args).await,
             Command::Usage(args) => commands::usage::run(args).await,
             Command::Migrate(args) => commands::migrate::run(args).await,

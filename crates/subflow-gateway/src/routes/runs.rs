@@ -285,6 +285,15 @@ async fn start(
 ) -> Result<Started, ApiError> {
     let owned = authorize_thread(state, caller, Permission::RunsWrite, thread_id).await?;
     let accepted = accept(parse_body(body)?)?;
+    if let Some(name) = accepted.model_name.as_deref()
+        && !state.runtime.knows_model(name)
+    {
+        let configured: Vec<&str> = state.models.iter().map(|m| m.name.as_str()).collect();
+        return Err(ApiError::Unprocessable(format!(
+            "Unknown model '{name}': the configured models are {}",
+            configured.join(", ")
+        )));
+    }
     if owned.is_none() {
         let new = NewThread {
             thread_id: thread_id.to_owned(),

@@ -453,3 +453,31 @@ async fn the_openapi_document_describes_the_runs_api() {
     );
     assert_eq!(document["paths"]["/health"]["get"]["security"], json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_asking_for_an_unknown_model_is_a_422_that_names_the_configured_ones() {
+    let app = spawn_app().await;
+    let response = app
+        .client
+        .post(app.url("/api/threads/t-model/runs/wait"))
+        .json(&json!({"input": {"messages": [{"role": "user", "content": "/echo hi"}]}, "config": {"configurable": {"model_name": "gpt-9"}}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 422);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body["detail"],
+        "Unknown model 'gpt-9': the configured models are scripted"
+    );
+    let (status, _, _) = app.get_json("/api/threads/t-model").await;
+    assert_eq!(status, 404, "nothing was created");
+    let response = app
+        .client
+        .post(app.url("/api/threads/t-model/runs/wait"))
+        .json(&json!({"input": {"messages": [{"role": "user", "content": "/echo hi"}]}, "context": {"model_name": "scripted"}}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}

@@ -55,17 +55,18 @@ impl Client {
         })
     }
 
-    fn get(&self, path: &str) -> reqwest::RequestBuilder {
-        let request = self.http.get(format!("{}{path}", self.base));
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
         match &self.token {
             Some(token) => request.bearer_auth(token),
             None => request,
         }
     }
 
-    /// Sends a GET; non-2xx answers become [`HttpError`].
+    /// Sends a request; non-2xx answers become [`HttpError`].
     async fn send(
         &self,
+        method: &'static str,
         path: &str,
         request: reqwest::RequestBuilder,
     ) -> anyhow::Result<reqwest::Response> {
@@ -88,17 +89,31 @@ impl Client {
             detail
         };
         Err(anyhow!(HttpError {
-            method: "GET",
+            method,
             path: path.to_owned(),
             status: status.as_u16(),
             detail,
         }))
     }
 
-    /// The text of a GET.
+    /// The text of a GET answered within a minute.
     pub async fn get_text(&self, path: &str) -> anyhow::Result<String> {
-        let request = self.get(path).timeout(Duration::from_secs(60));
-        let response = self.send(path, request).await?;
+        self.get_text_within(path, Some(Duration::from_secs(60)))
+            .await
+    }
+
+    /// The text of a GET; `timeout` bounds the exchange, `None` waits as long as the
+    /// gateway does (a join lasts as long as its run).
+    pub async fn get_text_within(
+        &self,
+        path: &str,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<String> {
+        let mut request = self.request(reqwest::Method::GET, path);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        let response = self.send("GET", path, request).await?;
         response
             .text()
             .await
@@ -111,17 +126,42 @@ impl Client {
         serde_json::from_str(&text).with_context(|| format!("GET {path} did not answer JSON"))
     }
 
+    /// POSTs `body` as JSON and returns the JSON answer (`null` for an empty body).
+    /// `timeout` bounds the whole exchange; `None` waits as long as the gateway does.
+    pub async fn post_json(
+        &self,
+        path: &str,
+        body: &Value,
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<Value> {
+        let mut request = self.request(reqwest::Method::POST, path).json(body);
+        if let Some(timeout) = timeout {
+            request = request.timeout(timeout);
+        }
+        let response = self.send("POST", path, request).await?;
+        let text = response
+            .text()
+            .await
+            .with_context(|| format!("reading POST {path}"))?;
+        if text.trim().is_empty() {
+            return Ok(Value::Null);
+        }
+        serde_json::from_str(&text).with_context(|| format!("POST {path} did not answer JSON"))
+    }
+
     /// Opens an SSE stream, resuming after `last_event_id` when given.
     pub async fn stream(
         &self,
         path: &str,
         last_event_id: Option<&str>,
     ) -> anyhow::Result<reqwest::Response> {
-        let mut request = self.get(path).header("Accept", "text/event-stream");
+        let mut request = self
+            .request(reqwest::Method::GET, path)
+            .header("Accept", "text/event-stream");
         if let Some(id) = last_event_id {
             request = request.header("Last-Event-ID", id);
         }
-        self.send(path, request).await
+        self.send("GET", path, request).await
     }
 }
 

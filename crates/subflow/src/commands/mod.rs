@@ -5,6 +5,7 @@ pub mod bench;
 pub mod client;
 pub mod config;
 pub mod migrate;
+pub mod run;
 pub mod serve;
 pub mod tail;
 pub mod tokens;

@@ -409,3 +409,50 @@ fn client_commands_need_a_valid_thread_id_and_a_reachable_gateway() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+#[test]
+fn run_prints_the_answer_and_follow_shows_the_cards_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_delay(dir.path(), 0);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
+
+    let output = client(&address, &["run", "/echo hello there", "--thread", "asked"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "echo: hello there\n"
+    );
+    let runs: Value =
+        serde_json::from_str(&http::blocking_get(&address, "/api/threads/asked/runs")).unwrap();
+    assert_eq!(runs[0]["status"], "success");
+
+    let output = client(&address, &["run", "Compare two queues", "--follow"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let (cards, answer): (Vec<&str>, Vec<&str>) =
+        stdout.lines().partition(|line| line.starts_with('{'));
+    let lines: Vec<Value> = cards
+        .iter()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let last = last_by_task(&lines);
+    assert_eq!(last.len(), 3, "{stdout}");
+    assert!(last.values().all(|card| card["status"] == "completed"));
+    assert!(
+        !answer.join("\n").trim().is_empty(),
+        "the answer follows the cards"
+    );
+
+    let output = client(&address, &["run", "hi", "--thread", "not a thread"]);
+    assert_eq!(output.status.code(), Some(2));
+    let output = client(&address, &["run", "hi", "--model", "missing-model"]);
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("Unknown model 'missing-model': the configured models are scripted"),
+        "{stderr}"
+    );
+}

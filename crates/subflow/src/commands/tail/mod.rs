@@ -278,9 +278,19 @@ async fn pick_run(client: &Client, thread: &str, run: Option<String>) -> anyhow:
 pub async fn run(args: Args) -> anyhow::Result<()> {
     super::client::thread_arg(&args.thread)?;
     let client = Client::new(&args.client)?;
-    let thread = args.thread;
+    let run = pick_run(&client, &args.thread, args.run).await?;
+    follow_run(client, args.thread, run, args.json).await
+}
+
+/// Draws the cards of `run` until it ends (JSON lines when `json` or stdout is not a
+/// terminal); the error carries the exit code of SPEC §15.2 unless the run succeeded.
+pub async fn follow_run(
+    client: Client,
+    thread: String,
+    run: String,
+    json: bool,
+) -> anyhow::Result<()> {
     let models = client.get_json("/api/models").await?;
-    let run = pick_run(&client, &thread, args.run).await?;
     let latest = client
         .get_json(&format!("/api/threads/{}/runs?limit=1", encode(&thread)))
         .await?;
@@ -305,7 +315,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         run,
         board,
         screen: Screen {
-            json: args.json || !terminal,
+            json: json || !terminal,
             width,
             drawn: 0,
             printed: HashMap::new(),
