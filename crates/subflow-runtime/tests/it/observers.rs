@@ -6,6 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use axum::body::Bytes;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use hmac::{Hmac, KeyInit, Mac};
 use serde_json::{Value, json};
 use sha2::Sha256;
@@ -13,8 +15,7 @@ use subflow_runtime::observers::{
     CallResult, Hook, ObserverOutcome, ObserverRegistry, ObserverSet, TaskInfo, TaskObserver,
     WebhookConfig, WebhookObserver,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -454,11 +455,11 @@ enum Answer {
     After(Duration),
     /// This status at once.
     Status(u16),
-    /// Never; reads until the client goes away.
+    /// Never; holds the request until the client goes away.
     Hang,
 }
 
-/// One request as received; the body is the exact bytes on the wire.
+/// One request as received; the body is the exact bytes sent.
 #[derive(Debug, Clone)]
 struct Received {
     method: String,
@@ -473,7 +474,7 @@ impl Received {
     }
 }
 
-/// An HTTP/1.1 receiver on 127.0.0.1:0; stops when dropped.
+/// An HTTP receiver on 127.0.0.1:0; stops when dropped.
 #[derive(Debug)]
 struct Receiver {
     base: String,
@@ -486,14 +487,33 @@ impl Receiver {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let requests = Arc::new(Mutex::new(Vec::new()));
-        let task = tokio::spawn({
-            let requests = Arc::clone(&requests);
-            async move {
-                while let Ok((socket, _)) = listener.accept().await {
-                    let requests = Arc::clone(&requests);
-                    tokio::spawn(serve(socket, requests, answer));
+        let record = Arc::clone(&requests);
+        let app = axum::Router::new().fallback(
+            move |method: Method, uri: Uri, headers: HeaderMap, body: Bytes| async move {
+                record.lock().unwrap().push(Received {
+                    method: method.to_string(),
+                    path: uri.to_string(),
+                    headers: headers
+                        .iter()
+                        .map(|(name, value)| {
+                            (name.to_string(), value.to_str().unwrap_or("").to_owned())
+                        })
+                        .collect(),
+                    body: body.to_vec(),
+                });
+                match answer {
+                    Answer::Ok => StatusCode::OK,
+                    Answer::After(delay) => {
+                        tokio::time::sleep(delay).await;
+                        StatusCode::OK
+                    }
+                    Answer::Status(status) => StatusCode::from_u16(status).unwrap(),
+                    Answer::Hang => std::future::pending().await,
                 }
-            }
+            },
+        );
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
         });
         Receiver {
             base,
@@ -511,69 +531,4 @@ impl Drop for Receiver {
     fn drop(&mut self) {
         self.task.abort();
     }
-}
-
-async fn serve(mut socket: TcpStream, requests: Arc<Mutex<Vec<Received>>>, answer: Answer) {
-    let Some(request) = read_request(&mut socket).await else {
-        return;
-    };
-    requests.lock().unwrap().push(request);
-    let status = match answer {
-        Answer::Ok => 200,
-        Answer::After(delay) => {
-            tokio::time::sleep(delay).await;
-            200
-        }
-        Answer::Status(status) => status,
-        Answer::Hang => {
-            let mut sink = [0u8; 1024];
-            while matches!(socket.read(&mut sink).await, Ok(n) if n > 0) {}
-            return;
-        }
-    };
-    let head = format!("HTTP/1.1 {status} X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-    let _ = socket.write_all(head.as_bytes()).await;
-    let _ = socket.shutdown().await;
-}
-
-async fn read_request(socket: &mut TcpStream) -> Option<Received> {
-    let mut buffer = Vec::new();
-    let mut piece = [0u8; 4096];
-    let head_end = loop {
-        if let Some(at) = buffer.windows(4).position(|window| window == b"\r\n\r\n") {
-            break at + 4;
-        }
-        let read = socket.read(&mut piece).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        buffer.extend_from_slice(&piece[..read]);
-    };
-    let head = String::from_utf8(buffer[..head_end].to_vec()).ok()?;
-    let mut lines = head.split("\r\n");
-    let mut request_line = lines.next()?.split(' ');
-    let method = request_line.next()?.to_owned();
-    let path = request_line.next()?.to_owned();
-    let headers: HashMap<String, String> = lines
-        .filter_map(|line| line.split_once(':'))
-        .map(|(name, value)| (name.trim().to_ascii_lowercase(), value.trim().to_owned()))
-        .collect();
-    let length: usize = headers
-        .get("content-length")
-        .and_then(|value| value.parse().ok())
-        .unwrap_or(0);
-    let mut body = buffer[head_end..].to_vec();
-    while body.len() < length {
-        let read = socket.read(&mut piece).await.ok()?;
-        if read == 0 {
-            return None;
-        }
-        body.extend_from_slice(&piece[..read]);
-    }
-    Some(Received {
-        method,
-        path,
-        headers,
-        body,
-    })
 }
