@@ -7,8 +7,7 @@ use subflow_store::{
     AuthStore, Error, NewToken, Result, TokenOwner, TokenRecord, User, codec, now_rfc3339,
 };
 
-use crate::PostgresStore;
-use crate::events::get;
+use crate::{PostgresStore, get};
 
 /// The `SELECT` of every column [`user_from_row`] reads, as a literal for `concat!`.
 macro_rules! select_users {

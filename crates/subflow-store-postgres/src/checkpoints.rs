@@ -4,8 +4,7 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use subflow_store::{Checkpoint, CheckpointStore, Error, NewCheckpoint, Result, codec};
 
-use crate::PostgresStore;
-use crate::events::{get, object_text, value_text};
+use crate::{PostgresStore, get, object_text, value_text};
 
 /// The `SELECT` of every column [`checkpoint_from_row`] reads, as a literal for `concat!`.
 macro_rules! select_checkpoints {

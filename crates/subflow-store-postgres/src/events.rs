@@ -1,16 +1,15 @@
 //! Run events (SPEC §5.1, §6): advisory-locked `seq` allocation and paged reads.
 
 use async_trait::async_trait;
-use serde_json::{Map, Value};
 use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::{Postgres, QueryBuilder, Row};
+use sqlx::{Postgres, QueryBuilder};
 use subflow_contracts::{EventCategory, NewEvent, RunEvent};
 use subflow_store::{
     AppendOutcome, Error, EventQuery, EventStore, Result, codec, now_rfc3339, validate_batch,
 };
 use uuid::Uuid;
 
-use crate::PostgresStore;
+use crate::{PostgresStore, get};
 
 /// Rows per `INSERT` statement: keeps each statement's arrays and WAL record bounded.
 const INSERT_CHUNK: usize = 1000;
@@ -227,23 +226,4 @@ fn parse_event_id(text: &str) -> Result<Uuid> {
         what: "run_events.event_id",
         detail: e.to_string(),
     })
-}
-
-/// Reads one column, mapping a type mismatch to a backend error.
-pub(crate) fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T>
-where
-    T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
-{
-    row.try_get(column).map_err(Error::backend)
-}
-
-/// A JSON value as the text stored in a column.
-pub(crate) fn value_text(value: &Value) -> String {
-    // A `Value` has only string keys, so serialising it cannot fail.
-    serde_json::to_string(value).expect("a JSON value always serialises")
-}
-
-/// A JSON object as the text stored in a column.
-pub(crate) fn object_text(object: &Map<String, Value>) -> String {
-    serde_json::to_string(object).expect("a JSON object always serialises")
 }

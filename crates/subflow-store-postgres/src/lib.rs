@@ -9,6 +9,9 @@
 //! business rules beyond the reference semantics of `MemoryStore`, reads no
 //! configuration or environment, and must return the same results as the SQLite
 //! backend for the same history (JSON is stored as text for that reason).
+//!
+//! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`);
+//! this file holds the pool, the migrations and the column helpers they share.
 
 mod auth;
 mod checkpoints;
@@ -18,8 +21,9 @@ mod streams;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use serde_json::{Map, Value};
+use sqlx::postgres::{PgPoolOptions, PgRow};
+use sqlx::{PgPool, Postgres, Row};
 use subflow_store::{Error, Result};
 
 /// The embedded schema migrations, applied by [`PostgresStore::connect`].
@@ -61,4 +65,23 @@ impl PostgresStore {
         tracing::debug!("postgres store migrations applied");
         Ok(())
     }
+}
+
+/// Reads one column, mapping a type mismatch to a backend error.
+pub(crate) fn get<'r, T>(row: &'r PgRow, column: &str) -> Result<T>
+where
+    T: sqlx::Decode<'r, Postgres> + sqlx::Type<Postgres>,
+{
+    row.try_get(column).map_err(Error::backend)
+}
+
+/// A JSON value as the text stored in a column.
+pub(crate) fn value_text(value: &Value) -> String {
+    // A `Value` has only string keys, so serialising it cannot fail.
+    serde_json::to_string(value).expect("a JSON value always serialises")
+}
+
+/// A JSON object as the text stored in a column.
+pub(crate) fn object_text(object: &Map<String, Value>) -> String {
+    serde_json::to_string(object).expect("a JSON object always serialises")
 }

@@ -8,8 +8,7 @@ use subflow_store::{
     ThreadRecord, ThreadSearch, codec, now_rfc3339,
 };
 
-use crate::PostgresStore;
-use crate::events::{get, object_text, value_text};
+use crate::{PostgresStore, get, object_text, value_text};
 
 /// The `SELECT` of every column [`run_from_row`] reads, as a literal for `concat!`.
 macro_rules! select_runs {

@@ -18,7 +18,7 @@ use subflow_store::{
 use tokio::sync::mpsc;
 
 use crate::PostgresStore;
-use crate::events::get;
+use crate::get;
 
 /// Notices a listener may hold before its `LISTEN` connection waits for the reader.
 const NOTICE_BUFFER: usize = 1024;

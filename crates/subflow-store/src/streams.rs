@@ -12,8 +12,6 @@
 //! with `NOTIFY` on [`STREAM_CHANNEL`] and [`CANCEL_CHANNEL`], so every process sees them;
 //! the single-process backends announce them to listeners of the same store value.
 
-mod memory;
-
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -22,8 +20,6 @@ use subflow_contracts::ThreadId;
 use tokio::sync::{broadcast, mpsc};
 
 use crate::{AppendOutcome, Error, MAX_PAGE_LIMIT, Result, RunStatusUpdate};
-
-pub(crate) use memory::MemoryStreams;
 
 /// The PostgreSQL channel announcing appends: payload `{"run_id", "last_id"}`.
 pub const STREAM_CHANNEL: &str = "subflow_stream";

@@ -40,5 +40,20 @@ async fn reopening_the_file_keeps_events_and_continues_the_sequence() {
         .await
         .unwrap();
     assert_eq!(rows.iter().map(|e| e.seq).collect::<Vec<_>>(), [1, 2, 3]);
-    assert!(dir.path().join("subflow.db-wal").exists() || dir.path().join("subflow.db").exists());
+}
+
+#[tokio::test]
+async fn the_database_file_is_in_wal_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("subflow.db");
+    let store = SqliteStore::open(&format!("sqlite://{}", path.display()), 2)
+        .await
+        .unwrap();
+    store.close().await;
+    // WAL is a property of the file: any other connection, e.g. the sqlite3 shell, sees it.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |row| row.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
 }

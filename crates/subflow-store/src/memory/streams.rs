@@ -10,7 +10,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use subflow_contracts::RunStatus;
 
-use super::{
+use crate::streams::{
     FrameBatch, LocalNotices, NewFrame, OrphanScope, OrphanedRun, RecoveredRun, StreamFrame,
     StreamLog, StreamNotice, StreamNotices, StreamStore, epoch_millis, millis, validate_frame_page,
 };
@@ -18,7 +18,7 @@ use crate::{AppendOutcome, Error, MemoryStore, Result, RunStatusUpdate, now_rfc3
 
 /// The stream tables of a [`MemoryStore`] and the notices of its appends.
 #[derive(Debug, Default)]
-pub(crate) struct MemoryStreams {
+pub(super) struct MemoryStreams {
     tables: Mutex<Tables>,
     notices: LocalNotices,
 }
@@ -62,7 +62,7 @@ impl MemoryStreams {
     }
 
     /// Forgets everything of deleted runs.
-    pub(crate) fn forget(&self, run_ids: &[String]) {
+    pub(super) fn forget(&self, run_ids: &[String]) {
         let mut tables = self.lock();
         for run_id in run_ids {
             tables.logs.remove(run_id);

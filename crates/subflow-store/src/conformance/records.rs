@@ -1,0 +1,236 @@
+//! Conformance cases of [`RecordStore`](crate::RecordStore): threads and runs (SPEC §2.3, §7.2).
+
+use std::sync::Arc;
+
+use serde_json::{Map, json};
+use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
+
+use super::{all_events, new_run, new_thread, trace};
+use crate::{Error, ModelUsage, RunStatusUpdate, RunUsage, Store, ThreadSearch};
+
+/// Expands to one `#[tokio::test]` per record case; invoked by `conformance_tests!`.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! record_conformance_tests {
+    ($factory:expr) => {
+        $crate::record_conformance_tests!(@cases $factory;
+            threads_are_created_searched_and_deleted,
+            runs_keep_their_first_terminal_status_and_usage,
+        );
+    };
+    (@cases $factory:expr; $($case:ident),+ $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $case() {
+                let fixture = $factory.await;
+                $crate::conformance::records::$case(fixture.store.clone()).await;
+            }
+        )+
+    };
+}
+
+/// Threads: creation, duplicates, owner-scoped search newest first with filters, deletion
+/// with runs and events.
+pub async fn threads_are_created_searched_and_deleted(store: Arc<dyn Store>) {
+    let created = store
+        .create_thread(new_thread("t1", "alice", json!({"project": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(created.status, ThreadStatus::Idle);
+    assert!(matches!(
+        store
+            .create_thread(new_thread("t1", "bob", json!({})))
+            .await,
+        Err(Error::ThreadExists(_))
+    ));
+    assert!(matches!(
+        store
+            .create_thread(new_thread("t 1", "bob", json!({})))
+            .await,
+        Err(Error::InvalidThreadId(_))
+    ));
+    store
+        .create_thread(new_thread("t2", "alice", json!({"project": "y"})))
+        .await
+        .unwrap();
+    store
+        .create_thread(new_thread("t3", "alice", json!({"project": "x", "k": 1})))
+        .await
+        .unwrap();
+    store
+        .create_thread(new_thread("t4", "bob", json!({"project": "x"})))
+        .await
+        .unwrap();
+    assert_eq!(store.get_thread("t1").await.unwrap(), Some(created));
+    assert_eq!(store.get_thread("nope").await.unwrap(), None);
+
+    let ids = |threads: Vec<crate::ThreadRecord>| {
+        threads.into_iter().map(|t| t.thread_id).collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(store
+            .search_threads(&ThreadSearch::owner("alice", 10))
+            .await
+            .unwrap()),
+        ["t3", "t2", "t1"]
+    );
+    let mut search = ThreadSearch::owner("alice", 10);
+    search.metadata = Map::from_iter([("project".to_owned(), json!("x"))]);
+    assert_eq!(
+        ids(store.search_threads(&search).await.unwrap()),
+        ["t3", "t1"]
+    );
+    search.offset = 1;
+    search.limit = 1;
+    assert_eq!(ids(store.search_threads(&search).await.unwrap()), ["t1"]);
+    assert!(
+        store
+            .set_thread_status("t2", ThreadStatus::Busy)
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_thread_status("nope", ThreadStatus::Busy)
+            .await
+            .unwrap()
+    );
+    let mut busy = ThreadSearch::owner("alice", 10);
+    busy.status = Some(ThreadStatus::Busy);
+    assert_eq!(ids(store.search_threads(&busy).await.unwrap()), ["t2"]);
+
+    store.create_run(new_run("r1", "t1")).await.unwrap();
+    store.append(&[trace("t1", "r1", 1)]).await.unwrap();
+    store.append(&[trace("t2", "r9", 1)]).await.unwrap();
+    assert!(store.delete_thread("t1").await.unwrap());
+    assert!(!store.delete_thread("t1").await.unwrap());
+    assert_eq!(store.get_thread("t1").await.unwrap(), None);
+    assert_eq!(store.get_run("t1", "r1").await.unwrap(), None);
+    assert!(all_events(&*store, "t1", "r1").await.is_empty());
+    assert_eq!(
+        all_events(&*store, "t2", "r9").await.len(),
+        1,
+        "other threads keep their events"
+    );
+}
+
+/// Runs: creation, thread scoping, newest-first listing, first terminal status wins,
+/// usage rollups round-trip, rollback deletes the run and its events.
+pub async fn runs_keep_their_first_terminal_status_and_usage(store: Arc<dyn Store>) {
+    store
+        .create_thread(new_thread("t1", "u1", json!({})))
+        .await
+        .unwrap();
+    let created = store.create_run(new_run("r1", "t1")).await.unwrap();
+    assert_eq!(created.status, RunStatus::Pending);
+    assert!(matches!(
+        store.create_run(new_run("r1", "t1")).await,
+        Err(Error::RunExists(_))
+    ));
+    store.create_run(new_run("r2", "t1")).await.unwrap();
+    assert_eq!(
+        store.get_run("t1", "r1").await.unwrap(),
+        Some(created.clone())
+    );
+    assert_eq!(
+        store.get_run("t2", "r1").await.unwrap(),
+        None,
+        "scoped by thread"
+    );
+
+    let running = RunStatusUpdate {
+        status: RunStatus::Running,
+        stop_reason: None,
+        error: None,
+    };
+    assert!(store.update_run_status("r1", &running).await.unwrap());
+    let done = RunStatusUpdate {
+        status: RunStatus::Success,
+        stop_reason: Some(RunStopReason::LoopCapped),
+        error: None,
+    };
+    assert!(store.update_run_status("r1", &done).await.unwrap());
+    let late = RunStatusUpdate {
+        status: RunStatus::Interrupted,
+        stop_reason: None,
+        error: Some("late".into()),
+    };
+    assert!(
+        !store.update_run_status("r1", &late).await.unwrap(),
+        "a terminal status never changes"
+    );
+    let run = store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(
+        (run.status, run.stop_reason, run.error),
+        (RunStatus::Success, Some(RunStopReason::LoopCapped), None)
+    );
+    assert_eq!(
+        run.trace_id.as_deref(),
+        Some("0af7651916cd43dd8448eb211c80319c")
+    );
+
+    let usage = RunUsage {
+        total_input_tokens: 900,
+        total_output_tokens: 300,
+        total_tokens: 1200,
+        llm_call_count: 3,
+        lead_agent_tokens: 1000,
+        subagent_tokens: 200,
+        middleware_tokens: 0,
+        message_count: 7,
+        token_usage_by_model: [
+            (
+                "gpt-4o".to_owned(),
+                ModelUsage {
+                    input_tokens: 800,
+                    output_tokens: 200,
+                    total_tokens: 1000,
+                    cache_read_tokens: Some(300),
+                },
+            ),
+            (
+                "claude-x".to_owned(),
+                ModelUsage {
+                    input_tokens: 100,
+                    output_tokens: 100,
+                    total_tokens: 200,
+                    cache_read_tokens: None,
+                },
+            ),
+        ]
+        .into(),
+    };
+    assert!(store.save_run_usage("r1", &usage).await.unwrap());
+    assert!(!store.save_run_usage("nope", &usage).await.unwrap());
+    assert_eq!(
+        store.get_run("t1", "r1").await.unwrap().unwrap().usage,
+        usage
+    );
+
+    let listed: Vec<String> = store
+        .list_runs("t1", None, 10, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(listed, ["r2", "r1"]);
+    let pending: Vec<String> = store
+        .list_runs("t1", Some(RunStatus::Pending), 10, 0)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| r.run_id)
+        .collect();
+    assert_eq!(pending, ["r2"]);
+    assert_eq!(store.list_runs("t1", None, 1, 1).await.unwrap().len(), 1);
+
+    store
+        .append(&[trace("t1", "r2", 1), trace("t1", "r1", 2)])
+        .await
+        .unwrap();
+    assert!(store.delete_run("t1", "r2").await.unwrap());
+    assert_eq!(store.get_run("t1", "r2").await.unwrap(), None);
+    assert!(all_events(&*store, "t1", "r2").await.is_empty());
+    assert_eq!(all_events(&*store, "t1", "r1").await.len(), 1);
+}

@@ -1,0 +1,78 @@
+//! [`EventStore`] for [`MemoryStore`].
+
+use async_trait::async_trait;
+use subflow_contracts::{EventCategory, NewEvent, RunEvent};
+
+use crate::events::{AppendOutcome, EventQuery, EventStore};
+use crate::{MemoryStore, Result, now_rfc3339, validate_batch};
+
+#[async_trait]
+impl EventStore for MemoryStore {
+    async fn append(&self, batch: &[NewEvent]) -> Result<AppendOutcome> {
+        validate_batch(batch)?;
+        let Some(first) = batch.first() else {
+            return Ok(AppendOutcome::default());
+        };
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let rows = inner.events.entry(first.thread_id.clone()).or_default();
+        let mut next_seq = rows.last().map_or(0, |row| row.seq) + 1;
+        let created_at = now_rfc3339();
+        let mut outcome = AppendOutcome::default();
+        for event in batch {
+            if !inner.event_ids.insert(event.event_id) {
+                outcome.skipped += 1;
+                continue;
+            }
+            rows.push(RunEvent {
+                thread_id: event.thread_id.clone(),
+                run_id: event.run_id.clone(),
+                seq: next_seq,
+                event_type: event.event_type.clone(),
+                category: event.category.clone(),
+                content: event.content_value(),
+                metadata: event.metadata_map(),
+                created_at: created_at.clone(),
+                user_id: event.user_id.clone(),
+                event_id: event.event_id,
+            });
+            next_seq += 1;
+            outcome.written += 1;
+        }
+        Ok(outcome)
+    }
+
+    async fn list_events(&self, query: &EventQuery) -> Result<Vec<RunEvent>> {
+        query.validate()?;
+        let inner = self.lock();
+        let rows = inner
+            .events
+            .get(&query.thread_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        let start = query
+            .after_seq
+            .map_or(0, |after| rows.partition_point(|row| row.seq <= after));
+        Ok(rows[start..]
+            .iter()
+            .filter(|row| query.matches(row))
+            .take(query.limit as usize)
+            .cloned()
+            .collect())
+    }
+
+    async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {
+        let inner = self.lock();
+        let message = EventCategory::Message.as_str();
+        Ok(inner
+            .events
+            .get(thread_id)
+            .map(|rows| {
+                rows.iter()
+                    .filter(|row| row.category == message)
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default())
+    }
+}
