@@ -168,4 +168,10 @@ fn the_readme_test_command_is_what_ci_runs() {
         ci.contains("scripts/verify"),
         ".ci/run calls the README's test command"
     );
+    for setup in ["apt-get", "npm", "pg_ctlcluster"] {
+        assert!(
+            !ci.contains(setup),
+            ".ci/run only calls scripts/verify, which sets up ({setup}) itself"
+        );
+    }
 }
