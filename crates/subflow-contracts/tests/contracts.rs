@@ -1,5 +1,5 @@
 //! The Rust enums against the contract files: ours in `contracts/` and the reference
-//! files in `../shared/reference/`. A rename on either side fails here.
+//! files vendored in `contracts/reference/`. A rename on either side fails here.
 
 use std::path::{Path, PathBuf};
 
@@ -23,7 +23,7 @@ fn ours_events() -> Value {
 }
 
 fn reference_events() -> Value {
-    load(root().join("../shared/reference/deerflow_run_event_stream_contract.json"))
+    load(root().join("contracts/reference/deerflow_run_event_stream_contract.json"))
 }
 
 fn strings(value: &Value) -> Vec<String> {
@@ -42,7 +42,7 @@ fn names<T: std::fmt::Display>(all: &[T]) -> Vec<String> {
 #[test]
 fn status_enums_equal_both_status_contracts() {
     let ours = load(root().join("contracts/subagent_status_contract.json"));
-    let reference = load(root().join("../shared/reference/deerflow_subagent_status_contract.json"));
+    let reference = load(root().join("contracts/reference/deerflow_subagent_status_contract.json"));
     for contract in [&ours, &reference] {
         assert_eq!(contract["version"], 2);
         assert_eq!(

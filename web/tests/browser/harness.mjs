@@ -1,6 +1,6 @@
 // What the browser tests share: a real `subflow serve` (the debug binary) on a free
-// loopback port, Debian's chromium driven by playwright-core, a cuttable TCP proxy and
-// the artifacts directory for screenshots.
+// loopback port, Debian's chromium driven by playwright-core, a cuttable TCP proxy, the
+// artifacts directory for screenshots and the README's picture of the workspace.
 
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
@@ -143,6 +143,12 @@ export async function openBrowser(options = {}) {
 export async function screenshot(page, name) {
   mkdirSync(ARTIFACTS, { recursive: true });
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
+}
+
+/** Saves the visible window as `docs/<name>.png`, a picture the README shows. */
+export async function docsScreenshot(page, name) {
+  mkdirSync(join(REPO, "docs"), { recursive: true });
+  await page.screenshot({ path: join(REPO, "docs", `${name}.png`) });
 }
 
 /**

@@ -10,6 +10,7 @@ import { after, before, describe, test } from "node:test";
 import {
   api,
   cards,
+  docsScreenshot,
   openBrowser,
   ready,
   runEnded,
@@ -90,6 +91,7 @@ describe("the demo run", () => {
       });
       await runEnded(page);
       await screenshot(page, "demo-completed");
+      await docsScreenshot(page, "workspace");
 
       assert.equal(await page.textContent(".card-group-header"), "Executing 3 subtasks in parallel");
       const seen = await samples(page);

@@ -3,7 +3,7 @@
 //! A backend's integration tests invoke [`conformance_tests!`](crate::conformance_tests)
 //! with an async factory returning a fresh, empty [`Fixture`]; the macro expands to one
 //! test per case. Every record a case reads back is validated against subflow's event
-//! contract and against the reference contract in `../shared/reference/`.
+//! contract and against the reference contract vendored in `contracts/reference/`.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -206,10 +206,10 @@ pub fn our_contract() -> ContractValidator {
     ContractValidator::load(&repository_root().join("contracts/run_event_stream_contract.json"))
 }
 
-/// The reference contract beside the repository, `../shared/reference/`.
+/// DeerFlow's contract, vendored in `contracts/reference/`.
 pub fn reference_contract() -> ContractValidator {
     ContractValidator::load(
-        &repository_root().join("../shared/reference/deerflow_run_event_stream_contract.json"),
+        &repository_root().join("contracts/reference/deerflow_run_event_stream_contract.json"),
     )
 }
 

@@ -863,6 +863,31 @@ fn config_check_accepts_the_defaults_with_or_without_a_file() {
 }
 
 #[test]
+fn the_readme_model_example_is_a_valid_priced_openai_model() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md")).unwrap();
+    let (_, rest) = readme
+        .split_once("```toml\n[[models]]")
+        .expect("a [[models]] example");
+    let (example, _) = rest.split_once("```").unwrap();
+    let fixture = Fixture::new(&format!("[[models]]{example}"));
+
+    let config = fixture.load(&[("OPENAI_API_KEY", "sk-test")], &[]).unwrap();
+    let model = &config.models[0];
+    assert_eq!(model.provider, Provider::Openai);
+    assert_eq!(model.api_key_env.as_deref(), Some("OPENAI_API_KEY"));
+    let pricing = model.pricing.as_ref().expect("the example has prices");
+    assert!(pricing.input_per_million > 0.0 && pricing.output_per_million > 0.0);
+
+    let output = subflow(
+        &["config", "check"],
+        fixture.dir.path(),
+        &[("OPENAI_API_KEY", "sk-test")],
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+}
+
+#[test]
 fn config_check_exits_2_with_the_file_and_key_of_an_invalid_value() {
     let fixture = Fixture::new("[subagents]\nmax_concurrent = 9\n");
     let output = subflow(&["config", "check"], fixture.dir.path(), &[]);

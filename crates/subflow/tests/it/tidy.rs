@@ -163,9 +163,33 @@ fn the_readme_test_command_is_what_ci_runs() {
         first_screen.contains("scripts/verify"),
         "README's first screen gives the test command"
     );
+    for (needle, what) in [
+        (
+            "cargo install --path crates/subflow --locked",
+            "how to put subflow on the PATH",
+        ),
+        ("assistant_id = \"lead_agent\"", "the SDKs' assistant id"),
+        ("[[models]]", "a real model's configuration"),
+        ("](docs/workspace.png)", "the workspace's screenshot"),
+    ] {
+        assert!(
+            first_screen.contains(needle),
+            "README's first screen gives {what}"
+        );
+    }
+    assert!(
+        root().join("docs/workspace.png").is_file(),
+        "the screenshot the browser tests write is committed"
+    );
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
     assert!(
         ci.contains("scripts/verify"),
         ".ci/run calls the README's test command"
     );
+    for setup in ["apt-get", "npm", "pg_ctlcluster"] {
+        assert!(
+            !ci.contains(setup),
+            ".ci/run only calls scripts/verify, which sets up ({setup}) itself"
+        );
+    }
 }
