@@ -170,7 +170,7 @@ impl Execution {
                     let text = fallback_text(&fallback);
                     messages.push(Message::Ai(fallback.clone()));
                     self.emitter.step(
-                        &Message::Ai(fallback),
+                        Message::Ai(fallback),
                         self.collector.totals(),
                         Instant::now(),
                     );
@@ -195,7 +195,7 @@ impl Execution {
             let calls = ai.tool_calls.clone();
             messages.push(Message::Ai(ai.clone()));
             self.emitter
-                .step(&Message::Ai(ai), self.collector.totals(), created);
+                .step(Message::Ai(ai), self.collector.totals(), created);
             if let Some(stop) = stopped {
                 let mut capped = Terminal::new(SubagentStatus::Completed, last_ai_text);
                 capped.stop_reason = Some(match stop {
@@ -221,7 +221,7 @@ impl Execution {
                 let created = Instant::now();
                 messages.push(Message::Tool(tool.clone()));
                 self.emitter
-                    .step(&Message::Tool(tool), self.collector.totals(), created);
+                    .step(Message::Tool(tool), self.collector.totals(), created);
             }
         }
         let max_turns = self.definition.max_turns;
