@@ -34,9 +34,27 @@ pub(crate) struct Guards {
 }
 
 impl Guards {
-    /// Fresh guards; `agent_id` is the subagent's definition name, `None` for the lead.
-    /// Loop detections are counted in `metrics`.
+    /// Fresh guards of the subagent `agent_id` (its definition name). Loop detections
+    /// are counted in `metrics`.
     pub fn new(
+        loops: &LoopDetectionConfig,
+        budget: &TokenBudgetConfig,
+        agent_id: &str,
+        metrics: Arc<dyn RuntimeMetrics>,
+    ) -> Self {
+        Guards::with_detector(loops, budget, Some(agent_id), metrics)
+    }
+
+    /// Fresh guards of one lead run.
+    pub fn for_lead(
+        loops: &LoopDetectionConfig,
+        budget: &TokenBudgetConfig,
+        metrics: Arc<dyn RuntimeMetrics>,
+    ) -> Self {
+        Guards::with_detector(loops, budget, None, metrics)
+    }
+
+    fn with_detector(
         loops: &LoopDetectionConfig,
         budget: &TokenBudgetConfig,
         agent_id: Option<&str>,

@@ -19,6 +19,7 @@ use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::OutputSink;
 use crate::runtime::{RunContext, Runtime};
 use crate::spans::{AgentTrace, TraceIdentity, TraceRequest, trace_tags};
+use crate::tool_table::ToolTable;
 use crate::tools::Workspace;
 
 /// A run to execute; its record already exists (status `pending`).
@@ -61,7 +62,9 @@ pub struct RunResult {
     pub usage: RunUsage,
 }
 
-fn short_trace(candidate: Option<&str>) -> String {
+/// The 8-hex delegation id of log lines (SPEC §8.3): `candidate` when it has that form,
+/// else a fresh one.
+pub(crate) fn short_trace(candidate: Option<&str>) -> String {
     candidate
         .filter(|id| {
             id.len() == 8
@@ -182,10 +185,9 @@ impl Runtime {
         let mut lead = Lead {
             runtime: self,
             run: &run,
-            guards: Guards::new(
+            guards: Guards::for_lead(
                 &config.loop_detection,
                 &config.token_budget,
-                None,
                 self.metrics.clone(),
             ),
             messages: history,
@@ -193,6 +195,7 @@ impl Runtime {
             checkpoint_id: None,
             tasks_started: 0,
             step: 0,
+            tools: ToolTable::for_lead(config),
         };
         let mut first_human = true;
         for mut message in spec.input {

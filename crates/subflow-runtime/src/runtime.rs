@@ -201,6 +201,11 @@ impl Runtime {
         &self.config
     }
 
+    /// The process-wide admission controller that `task` calls and batch items share.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
     pub(crate) fn buffer(&self, scope: &EventScope, policy: BufferPolicy) -> EventBuffer {
         EventBuffer::spawn(
             self.store.clone(),

@@ -2,6 +2,7 @@
 //! live output stream and the persisted run events.
 
 mod demo;
+mod detached;
 mod harness;
 mod observers;
 mod paths;

@@ -9,25 +9,11 @@ use serde_json::{Value, json};
 use subflow_contracts::messages::{Message, ToolMessage};
 use subflow_contracts::{RunStatus, RunStopReason, SubagentStatus};
 use subflow_models::{ChatModel, ChatRequest, ChatStream, ModelInfo};
-use subflow_runtime::metrics::{RuntimeMetrics, TokenCount};
 use subflow_runtime::runtime::RuntimeConfig;
 use subflow_runtime::subagent::SubagentDefinition;
 use subflow_store::MemoryStore;
 
-use crate::harness::{Harness, custom_payloads, harness, scripted};
-
-/// A harness whose scripted model follows `rules` (SPEC §1.3 script format).
-fn scripted_harness(rules: Value, tweak: impl FnOnce(&mut RuntimeConfig)) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("script.json");
-    std::fs::write(&path, json!({"rules": rules}).to_string()).unwrap();
-    harness(
-        Arc::new(MemoryStore::new()),
-        dir,
-        vec![scripted(Some(path))],
-        tweak,
-    )
-}
+use crate::harness::{Harness, Recorded, custom_payloads, harness, scripted, scripted_harness};
 
 fn task_results(messages: &[Message]) -> Vec<&ToolMessage> {
     messages
@@ -254,32 +240,6 @@ async fn a_subagent_loop_warns_then_hard_stops_and_audits_through_the_parent_jou
             !audit.to_string().contains("notes.md"),
             "no arguments in audit events"
         );
-    }
-}
-
-/// Records what the runtime counts.
-#[derive(Debug, Default)]
-struct Recorded {
-    loops: std::sync::Mutex<Vec<(String, String, bool)>>,
-    tasks: std::sync::Mutex<Vec<(String, SubagentStatus)>>,
-    runs: std::sync::Mutex<Vec<RunStatus>>,
-    tokens: std::sync::Mutex<Vec<(String, String, u64)>>,
-}
-
-impl RuntimeMetrics for Recorded {
-    fn tokens(&self, usage: &TokenCount<'_>) {
-        let entry = (usage.caller.to_owned(), usage.agent.to_owned(), usage.input);
-        self.tokens.lock().unwrap().push(entry);
-    }
-    fn subagent_task(&self, agent: &str, status: SubagentStatus, _duration: Duration) {
-        self.tasks.lock().unwrap().push((agent.to_owned(), status));
-    }
-    fn run_finished(&self, status: RunStatus, _duration: Duration) {
-        self.runs.lock().unwrap().push(status);
-    }
-    fn loop_detection(&self, layer: &str, action: &str, is_subagent: bool) {
-        let entry = (layer.to_owned(), action.to_owned(), is_subagent);
-        self.loops.lock().unwrap().push(entry);
     }
 }
 
