@@ -186,7 +186,7 @@ impl Runtime {
             runtime: self,
             run: &run,
             guards: Guards::for_lead(
-                &config.loop_detection,
+                self.lead_loops.clone(),
                 &config.token_budget,
                 self.metrics.clone(),
             ),

@@ -4,5 +4,6 @@
 mod demo;
 mod detached;
 mod harness;
+mod loops;
 mod observers;
 mod paths;
