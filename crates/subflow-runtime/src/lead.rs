@@ -30,6 +30,8 @@ pub(crate) enum LeadEnd {
     ModelFailed(String),
     /// The run was cancelled.
     Cancelled,
+    /// The loop panicked; the history holds what it did until then.
+    Panicked,
 }
 
 /// The lead's working state.

@@ -429,6 +429,50 @@ async fn an_execution_that_vanishes_fails_as_disappeared_without_usage_or_model(
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_panicking_lead_ends_the_run_error_with_its_error_event_flushed_and_observers_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let models: Vec<Arc<dyn ChatModel>> = vec![Arc::new(Panicking(info("panicky")))];
+    let mut h = harness(Arc::new(MemoryStore::new()), dir, models, |_| {});
+    let recorder = Arc::new(Recorder::default());
+    h.runtime = h.runtime.clone().with_observers(
+        subflow_runtime::observers::ObserverSet::new().with_observer(recorder.clone()),
+    );
+    h.store
+        .create_thread(subflow_store::NewThread {
+            thread_id: "t1".into(),
+            owner: "u1".into(),
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    let (result, _) = h.run("t1", "r1", "Hello").await;
+    assert_eq!(result.status, RunStatus::Error);
+    assert_eq!(result.error.as_deref(), Some("The run ended unexpectedly"));
+
+    let run = h.store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Error);
+    assert_eq!(run.error.as_deref(), Some("The run ended unexpectedly"));
+    let thread = h.store.get_thread("t1").await.unwrap().unwrap();
+    assert_eq!(thread.status, subflow_contracts::ThreadStatus::Error);
+    // The run's record ends like any failed run's: run.error, flushed before the status.
+    let events = h.events("t1", "r1").await;
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["run.start", "llm.human.input", "run.error"]);
+    let error = events.last().unwrap();
+    assert_eq!(error.category, "error");
+    assert_eq!(error.content, json!("The run ended unexpectedly"));
+    assert_eq!(error.metadata["error_type"], "InternalError");
+    let stops: Vec<String> = recorder
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(hook, _)| hook.clone())
+        .collect();
+    assert_eq!(stops, ["start", "stop:failed"]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stuck_execution_is_caught_by_the_supervision_safety_net() {
     let dir = tempfile::tempdir().unwrap();
