@@ -2,16 +2,18 @@
 //! model and tool loop (`executor`), the `task` tool's supervisor that admits it, watches
 //! it, reports its usage once and turns its end into events and the ToolMessage contract
 //! (`task`, SPEC §3, §4), and executions outside any run, as durable batch items run
-//! them (`detached`, SPEC §12.9).
+//! them (`detached`, SPEC §12.9) from a batch's snapshot (`spec`).
 
 mod detached;
 mod executor;
+mod spec;
 mod task;
 
 use serde::{Deserialize, Serialize};
 
 pub use detached::{DetachedExecution, ExecutionReport};
 pub(crate) use executor::error_fallback;
+pub use spec::{EXECUTION_SPEC_VERSION, ExecutionSpec, SpecError, SubmittedBy};
 pub(crate) use task::run_task;
 
 /// A subagent type the lead may delegate to (SPEC §1.4).
