@@ -21,5 +21,6 @@ pub use auth::{Permission, Permissions};
 pub use events::{EventCategory, EventType, MiddlewareTag, NewEvent, RunEvent};
 pub use ids::{InvalidThreadId, ThreadId};
 pub use status::{
-    RunStatus, RunStopReason, SubagentStatus, SubagentStopReason, TaskEndStatus, ThreadStatus,
+    BatchItemStatus, BatchStatus, RunStatus, RunStopReason, SubagentStatus, SubagentStopReason,
+    TaskEndStatus, ThreadStatus,
 };

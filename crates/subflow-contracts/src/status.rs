@@ -1,4 +1,4 @@
-//! Closed status and stop-reason enums (SPEC §2.3, §4.1, §4.7, §10.5).
+//! Closed status and stop-reason enums (SPEC §2.3, §4.1, §4.7, §10.5, §12.4, §12.5).
 
 /// A string that is not one of an enum's frozen values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -104,6 +104,64 @@ string_enum! {
     }
 }
 
+string_enum! {
+    /// The status of a durable batch (SPEC §12.4).
+    pub enum BatchStatus {
+        Queued = "queued",
+        Running = "running",
+        Paused = "paused",
+        Completed = "completed",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+}
+
+impl BatchStatus {
+    /// Whether the batch can still change: `queued`, `running` or `paused`.
+    pub const fn is_active(self) -> bool {
+        matches!(
+            self,
+            BatchStatus::Queued | BatchStatus::Running | BatchStatus::Paused
+        )
+    }
+}
+
+string_enum! {
+    /// The status of one item of a durable batch (SPEC §12.5).
+    pub enum BatchItemStatus {
+        Pending = "pending",
+        Queued = "queued",
+        Leased = "leased",
+        Running = "running",
+        Succeeded = "succeeded",
+        Failed = "failed",
+        Cancelled = "cancelled",
+    }
+}
+
+impl BatchItemStatus {
+    /// Whether a worker may hold or be about to take the item: `queued`, `leased` or `running`.
+    pub const fn is_active(self) -> bool {
+        matches!(
+            self,
+            BatchItemStatus::Queued | BatchItemStatus::Leased | BatchItemStatus::Running
+        )
+    }
+
+    /// Whether the item is done: `succeeded`, `failed` or `cancelled`.
+    pub const fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            BatchItemStatus::Succeeded | BatchItemStatus::Failed | BatchItemStatus::Cancelled
+        )
+    }
+
+    /// Whether a worker holds the item's lease: `leased` or `running`.
+    pub const fn is_leased(self) -> bool {
+        matches!(self, BatchItemStatus::Leased | BatchItemStatus::Running)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -117,6 +175,12 @@ mod tests {
                 serde_json::from_str::<SubagentStatus>(&json).unwrap(),
                 *status
             );
+        }
+        for status in BatchItemStatus::ALL {
+            assert_eq!(status.as_str().parse::<BatchItemStatus>(), Ok(*status));
+        }
+        for status in BatchStatus::ALL {
+            assert_eq!(status.as_str().parse::<BatchStatus>(), Ok(*status));
         }
         for reason in RunStopReason::ALL {
             assert_eq!(reason.to_string().parse::<RunStopReason>(), Ok(*reason));

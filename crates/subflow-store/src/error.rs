@@ -54,6 +54,9 @@ pub enum Error {
     /// A token that cannot be stored.
     #[error("invalid token: {0}")]
     InvalidToken(String),
+    /// A batch that cannot be submitted; the text says what to fix.
+    #[error("{0}")]
+    InvalidBatch(String),
     /// A stored value that does not decode.
     #[error("corrupt stored value in {what}: {detail}")]
     Corrupt {

@@ -7,6 +7,7 @@
 //! implement [`Store`], and only the binary chooses one.
 
 pub mod auth;
+pub mod batches;
 mod checkpoints;
 pub mod codec;
 mod error;
@@ -22,6 +23,11 @@ pub mod spill;
 pub mod streams;
 
 pub use auth::{AuthStore, NewToken, TokenOwner, TokenRecord, User};
+pub use batches::{
+    BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
+    ClaimPass, ClaimRequest, ClaimedItem, ItemFailure, ItemLease, ItemQuery, ItemSuccess,
+    ItemUsage, NewBatch, NewItem, ReleaseReason, Renewal, RetryOutcome, Submitted, WorkerHeartbeat,
+};
 pub use checkpoints::{Checkpoint, CheckpointStore, NewCheckpoint};
 pub use error::{Error, Result};
 pub use events::{AppendOutcome, EventQuery, EventStore, MAX_PAGE_LIMIT};

@@ -3,17 +3,19 @@
 //! One file per trait; this module holds the store value and its locks.
 
 mod auth;
+mod batches;
 mod checkpoints;
 mod events;
 mod records;
 mod streams;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use subflow_contracts::RunEvent;
 use uuid::Uuid;
 
+use crate::batches::{Clock, SharedClock};
 use crate::checkpoints::Checkpoint;
 use crate::records::{RunRecord, ThreadRecord};
 
@@ -25,6 +27,10 @@ pub struct MemoryStore {
     auth: auth::MemoryAuth,
     /// Stream logs, run leases and cancel requests, locked after `inner`.
     streams: streams::MemoryStreams,
+    /// Batches, items and worker heartbeats, locked after `inner`.
+    batches: batches::MemoryBatches,
+    /// The clock of batch leases and heartbeats.
+    clock: SharedClock,
 }
 
 #[derive(Debug, Default)]
@@ -44,6 +50,15 @@ impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// An empty store whose batch leases and heartbeats read `clock`, so tests can let
+    /// leases expire without waiting.
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            clock: SharedClock::new(clock),
+            ..Self::default()
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {

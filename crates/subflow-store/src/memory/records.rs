@@ -77,6 +77,7 @@ impl RecordStore for MemoryStore {
             .map(|r| r.run_id.clone())
             .collect();
         self.streams.forget(&deleted_runs);
+        self.batches.forget_thread(thread_id);
         inner.runs.retain(|r| r.thread_id != thread_id);
         inner.checkpoints.retain(|c| c.thread_id != thread_id);
         if let Some(rows) = inner.events.remove(thread_id) {
