@@ -379,6 +379,13 @@ async fn claim_pass(conn: &mut PgConnection, request: &ClaimRequest) -> Result<C
     Ok(pass)
 }
 
+/// Ends a transaction that changed nothing. Dropping a sqlx transaction would leave
+/// its row locks held until the pooled connection is next used.
+async fn rollback<T>(tx: Transaction<'_, Postgres>, answer: T) -> Result<T> {
+    tx.rollback().await.map_err(db)?;
+    Ok(answer)
+}
+
 impl PostgresStore {
     async fn begin(&self) -> Result<Transaction<'static, Postgres>> {
         self.pool().begin().await.map_err(db)
@@ -397,17 +404,18 @@ impl PostgresStore {
     {
         let mut tx = self.begin().await?;
         let Some((mut batch, now)) = lock_batch(&mut tx, &lease.batch_id).await? else {
-            return Ok(missing);
+            return rollback(tx, missing).await;
         };
         let Some(mut item) = lock_item(&mut tx, &lease.batch_id, &lease.item_id).await? else {
-            return Ok(missing);
+            return rollback(tx, missing).await;
         };
         let (answer, changed) = write(&mut batch, &mut item, &now);
-        if changed {
-            write_items(&mut tx, std::slice::from_ref(&item)).await?;
-            write_batch(&mut tx, &batch).await?;
-            tx.commit().await.map_err(db)?;
+        if !changed {
+            return rollback(tx, answer).await;
         }
+        write_items(&mut tx, std::slice::from_ref(&item)).await?;
+        write_batch(&mut tx, &batch).await?;
+        tx.commit().await.map_err(db)?;
         Ok(answer)
     }
 
@@ -420,15 +428,16 @@ impl PostgresStore {
     ) -> Result<Option<BatchRecord>> {
         let mut tx = self.begin().await?;
         let Some((mut batch, now)) = lock_batch(&mut tx, batch_id).await? else {
-            return Ok(None);
+            return rollback(tx, None).await;
         };
         if !scope.sees(&batch) {
-            return Ok(None);
+            return rollback(tx, None).await;
         }
-        if change(&mut batch, &now) {
-            write_batch(&mut tx, &batch).await?;
-            tx.commit().await.map_err(db)?;
+        if !change(&mut batch, &now) {
+            return rollback(tx, Some(batch)).await;
         }
+        write_batch(&mut tx, &batch).await?;
+        tx.commit().await.map_err(db)?;
         Ok(Some(batch))
     }
 
@@ -485,10 +494,15 @@ impl BatchStore for PostgresStore {
             .fetch_one(&mut *tx)
             .await
             .map_err(db)?;
-            return Ok(Submitted {
-                batch: batch_from_row(&row)?,
-                created: false,
-            });
+            let existing = batch_from_row(&row)?;
+            return rollback(
+                tx,
+                Submitted {
+                    batch: existing,
+                    created: false,
+                },
+            )
+            .await;
         }
         let column = |f: &dyn Fn(&BatchItem) -> String| items.iter().map(f).collect::<Vec<_>>();
         sqlx::query(
@@ -640,31 +654,32 @@ impl BatchStore for PostgresStore {
     ) -> Result<Option<BatchRecord>> {
         let mut tx = self.begin().await?;
         let Some((mut batch, now)) = lock_batch(&mut tx, batch_id).await? else {
-            return Ok(None);
+            return rollback(tx, None).await;
         };
         if !scope.sees(&batch) {
-            return Ok(None);
+            return rollback(tx, None).await;
         }
-        if machine::cancel(&mut batch, &now) {
-            let mut items = fetch_items(
-                &mut tx,
-                sqlx::query(concat!(
-                    "SELECT ",
-                    item_columns!(),
-                    " FROM subagent_batch_items WHERE batch_id = $1 \
+        if !machine::cancel(&mut batch, &now) {
+            return rollback(tx, Some(batch)).await;
+        }
+        let mut items = fetch_items(
+            &mut tx,
+            sqlx::query(concat!(
+                "SELECT ",
+                item_columns!(),
+                " FROM subagent_batch_items WHERE batch_id = $1 \
                      AND status IN ('pending', 'queued', 'leased', 'running') \
                      ORDER BY position FOR UPDATE"
-                ))
-                .bind(batch_id),
-            )
-            .await?;
-            for item in &mut items {
-                machine::cancel_with_batch(&mut batch, item, &now);
-            }
-            write_items(&mut tx, &items).await?;
-            write_batch(&mut tx, &batch).await?;
-            tx.commit().await.map_err(db)?;
+            ))
+            .bind(batch_id),
+        )
+        .await?;
+        for item in &mut items {
+            machine::cancel_with_batch(&mut batch, item, &now);
         }
+        write_items(&mut tx, &items).await?;
+        write_batch(&mut tx, &batch).await?;
+        tx.commit().await.map_err(db)?;
         Ok(Some(batch))
     }
 
@@ -676,13 +691,13 @@ impl BatchStore for PostgresStore {
     ) -> Result<RetryOutcome> {
         let mut tx = self.begin().await?;
         let Some((mut batch, now)) = lock_batch(&mut tx, batch_id).await? else {
-            return Ok(RetryOutcome::BatchNotFound);
+            return rollback(tx, RetryOutcome::BatchNotFound).await;
         };
         if !scope.sees(&batch) {
-            return Ok(RetryOutcome::BatchNotFound);
+            return rollback(tx, RetryOutcome::BatchNotFound).await;
         }
         let Some(mut item) = lock_item(&mut tx, batch_id, item_id).await? else {
-            return Ok(RetryOutcome::NotFailed);
+            return rollback(tx, RetryOutcome::NotFailed).await;
         };
         match machine::retry(&mut batch, &mut item, &now) {
             Ok(()) => {
@@ -694,8 +709,10 @@ impl BatchStore for PostgresStore {
                     item: Box::new(item),
                 })
             }
-            Err(machine::RetryRefusal::NotFailed) => Ok(RetryOutcome::NotFailed),
-            Err(machine::RetryRefusal::BatchCancelled) => Ok(RetryOutcome::BatchCancelled),
+            Err(machine::RetryRefusal::NotFailed) => rollback(tx, RetryOutcome::NotFailed).await,
+            Err(machine::RetryRefusal::BatchCancelled) => {
+                rollback(tx, RetryOutcome::BatchCancelled).await
+            }
         }
     }
 
