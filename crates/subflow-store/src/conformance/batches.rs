@@ -458,7 +458,7 @@ pub async fn batches_reads_are_scoped_to_the_owner_and_thread(store: Arc<dyn Sto
     };
     assert_eq!(
         ids(store.list_batches(&any_thread, &paused).await.unwrap()),
-        [b.id.clone()]
+        std::slice::from_ref(&b.id)
     );
     assert!(
         store
