@@ -15,6 +15,7 @@ use subflow_contracts::task_events::map_task_event;
 use subflow_contracts::{NewEvent, RunEvent};
 
 pub mod auth;
+pub mod batch_history;
 pub mod batches;
 pub mod checkpoints;
 pub mod events;
