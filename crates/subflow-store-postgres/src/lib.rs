@@ -10,10 +10,12 @@
 //! configuration or environment, and must return the same results as the SQLite
 //! backend for the same history (JSON is stored as text for that reason).
 //!
-//! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`);
+//! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`,
+//! `batches`);
 //! this file holds the pool, the migrations and the column helpers they share.
 
 mod auth;
+mod batches;
 mod checkpoints;
 mod events;
 mod records;

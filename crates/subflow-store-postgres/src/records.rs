@@ -104,6 +104,8 @@ impl RecordStore for PostgresStore {
             "DELETE FROM run_events WHERE thread_id = $1",
             "DELETE FROM runs WHERE thread_id = $1",
             "DELETE FROM checkpoints WHERE thread_id = $1",
+            // Items go with their batch (ON DELETE CASCADE).
+            "DELETE FROM subagent_batches WHERE thread_id = $1",
         ] {
             sqlx::query(statement)
                 .bind(thread_id)

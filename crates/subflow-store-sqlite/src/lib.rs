@@ -5,7 +5,8 @@
 //!
 //! Every call runs its SQL off the async scheduler in one hop (`block_in_place` on a
 //! multi-threaded runtime, the blocking pool otherwise), not one per statement or row.
-//! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`);
+//! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`,
+//! `batches`);
 //! this file holds the connections, migrations and the helpers they share.
 //!
 //! One `serve` process per file. This crate holds SQL for SQLite only and no
@@ -20,12 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, Row, TransactionBehavior};
+use subflow_store::batches::{Clock, SharedClock};
 use subflow_store::{Error, Result};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Semaphore;
 use tokio::task::{block_in_place, spawn_blocking};
 
 mod auth;
+mod batches;
 mod checkpoints;
 mod events;
 mod records;
@@ -37,6 +40,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0002_checkpoints.sql"),
     include_str!("../migrations/0003_auth.sql"),
     include_str!("../migrations/0004_streams.sql"),
+    include_str!("../migrations/0005_batches.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.
@@ -63,6 +67,8 @@ struct Inner {
     readers: Option<Arc<Readers>>,
     /// Announces stream appends and cancel requests to listeners in this process.
     notices: subflow_store::streams::LocalNotices,
+    /// The clock of batch leases and heartbeats.
+    clock: SharedClock,
 }
 
 /// Locks `mutex`, recovering it from poisoning: a panic in an earlier call has
@@ -206,6 +212,22 @@ impl SqliteStore {
     /// or `sqlite::memory:`; a `?query` suffix is ignored) and applies the embedded
     /// migrations. Reads use up to `max_connections` read-only connections.
     pub async fn open(url: &str, max_connections: u32) -> Result<Self> {
+        Self::open_with_clock(
+            url,
+            max_connections,
+            Arc::new(subflow_store::batches::SystemClock),
+        )
+        .await
+    }
+
+    /// [`SqliteStore::open`] with the clock batch leases and heartbeats read, so tests
+    /// can let leases expire without waiting.
+    pub async fn open_with_clock(
+        url: &str,
+        max_connections: u32,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Self> {
+        let clock = SharedClock::new(clock);
         let target = parse_url(url)?;
         let readers = max_connections.max(1) as usize;
         spawn_blocking(move || {
@@ -230,6 +252,7 @@ impl SqliteStore {
                     writer: Mutex::new(Some(writer)),
                     readers,
                     notices: Default::default(),
+                    clock,
                 }),
             })
         })

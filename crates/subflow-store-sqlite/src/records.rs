@@ -153,6 +153,8 @@ impl RecordStore for SqliteStore {
                 "DELETE FROM run_events WHERE thread_id = ?",
                 "DELETE FROM thread_seq WHERE thread_id = ?",
                 "DELETE FROM checkpoints WHERE thread_id = ?",
+                // Items go with their batch (ON DELETE CASCADE).
+                "DELETE FROM subagent_batches WHERE thread_id = ?",
             ] {
                 tx.execute(sql, [&thread_id]).db()?;
             }

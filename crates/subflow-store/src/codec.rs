@@ -46,6 +46,16 @@ pub fn uuid(what: &'static str, bytes: &[u8]) -> Result<Uuid> {
     Uuid::from_slice(bytes).map_err(|e| corrupt(what, e))
 }
 
+/// Parses a JSON text column into `T`.
+pub fn decode<T: serde::de::DeserializeOwned>(what: &'static str, text: &str) -> Result<T> {
+    serde_json::from_str(text).map_err(|e| corrupt(what, e))
+}
+
+/// Serialises a value for a JSON text column.
+pub fn encode<T: serde::Serialize>(value: &T) -> String {
+    serde_json::to_string(value).expect("plain data always serialises")
+}
+
 /// Parses the per-model usage JSON column.
 pub fn by_model(what: &'static str, text: &str) -> Result<BTreeMap<String, ModelUsage>> {
     serde_json::from_str(text).map_err(|e| corrupt(what, e))

@@ -43,7 +43,13 @@ pub use streams::{
 pub use validate::{now_rfc3339, rfc3339, validate_batch};
 
 /// Everything a backend provides: run events, thread and run records, checkpoints,
-/// users and tokens, run stream logs and leases.
-pub trait Store: EventStore + RecordStore + CheckpointStore + AuthStore + StreamStore {}
+/// users and tokens, run stream logs and leases, durable batches.
+pub trait Store:
+    EventStore + RecordStore + CheckpointStore + AuthStore + StreamStore + BatchStore
+{
+}
 
-impl<T: EventStore + RecordStore + CheckpointStore + AuthStore + StreamStore> Store for T {}
+impl<T> Store for T where
+    T: EventStore + RecordStore + CheckpointStore + AuthStore + StreamStore + BatchStore
+{
+}

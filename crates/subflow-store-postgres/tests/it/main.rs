@@ -17,3 +17,29 @@ async fn postgres_fixture() -> Fixture {
 }
 
 subflow_store::conformance_tests!(postgres_fixture());
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(8))]
+
+    /// Random batch histories on PostgreSQL: expiry through leases of 0 on the
+    /// database clock (its clock cannot be moved).
+    #[test]
+    fn random_batch_histories_keep_the_invariants(
+        ops in subflow_store::conformance::batch_history::history(40)
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let db = harness::TestDb::new().await;
+            subflow_store::conformance::batch_history::check_history(
+                Arc::new(db.store.clone()),
+                None,
+                &ops,
+            )
+            .await;
+        });
+    }
+}

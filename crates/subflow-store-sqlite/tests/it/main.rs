@@ -14,6 +14,34 @@ async fn sqlite_fixture() -> Fixture {
 
 subflow_store::conformance_tests!(sqlite_fixture());
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+
+    /// Random batch histories on a real SQLite file, whose clock the history moves.
+    #[test]
+    fn random_batch_histories_keep_the_invariants(
+        ops in subflow_store::conformance::batch_history::history(40)
+    ) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let dir = tempfile::tempdir().unwrap();
+            let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
+            let clock = Arc::new(subflow_store::batches::ManualClock::new(1_700_000_000_000));
+            let store = SqliteStore::open_with_clock(&url, 2, clock.clone()).await.unwrap();
+            subflow_store::conformance::batch_history::check_history(
+                Arc::new(store.clone()),
+                Some(clock),
+                &ops,
+            )
+            .await;
+            store.close().await;
+        });
+    }
+}
+
 #[tokio::test]
 async fn reopening_the_file_keeps_events_and_continues_the_sequence() {
     use subflow_contracts::NewEvent;

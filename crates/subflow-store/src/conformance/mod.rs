@@ -15,6 +15,8 @@ use subflow_contracts::task_events::map_task_event;
 use subflow_contracts::{NewEvent, RunEvent};
 
 pub mod auth;
+pub mod batch_history;
+pub mod batches;
 pub mod checkpoints;
 pub mod events;
 pub mod records;
@@ -57,6 +59,7 @@ macro_rules! conformance_tests {
         $crate::checkpoint_conformance_tests!($factory);
         $crate::auth_conformance_tests!($factory);
         $crate::stream_conformance_tests!($factory);
+        $crate::batch_conformance_tests!($factory);
     };
 }
 

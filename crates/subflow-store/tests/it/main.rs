@@ -14,6 +14,24 @@ async fn memory_fixture() -> Fixture {
 
 subflow_store::conformance_tests!(memory_fixture());
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Random batch histories on the memory store, whose clock the history moves.
+    #[test]
+    fn random_batch_histories_keep_the_invariants(
+        ops in subflow_store::conformance::batch_history::history(60)
+    ) {
+        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        runtime.block_on(async {
+            let clock = Arc::new(subflow_store::batches::ManualClock::new(1_700_000_000_000));
+            let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+            subflow_store::conformance::batch_history::check_history(store, Some(clock), &ops)
+                .await;
+        });
+    }
+}
+
 #[test]
 fn contract_validation_rejects_records_that_break_either_contract() {
     use serde_json::json;

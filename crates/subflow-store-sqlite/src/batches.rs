@@ -1,0 +1,803 @@
+//! Durable batches (SPEC §12) on SQLite, with the semantics of `MemoryStore`: every
+//! call is one `BEGIN IMMEDIATE` transaction (the single writer serialises claim passes
+//! and worker writes) that loads the batch row, then the item rows it needs, applies
+//! `subflow_store::batches::machine` and writes back what changed. One process uses the
+//! file, so lease and heartbeat times are this process's clock (the store's [`Clock`]).
+//!
+//! [`Clock`]: subflow_store::batches::Clock
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use subflow_contracts::{BatchItemStatus, BatchStatus};
+use subflow_store::batches::machine::{self, Now};
+use subflow_store::batches::{
+    BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
+    ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure, ItemLease, ItemQuery,
+    ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted, WorkerHeartbeat,
+};
+use subflow_store::streams::millis;
+use subflow_store::{Result, codec};
+
+use crate::{Db, SqliteStore, query_all, text};
+
+const BATCH_COLUMNS: &str = "id, thread_id, title, subagent_type, status, total_items, \
+     max_live_items, max_running_items, max_attempts, created_at, updated_at, completed_at, \
+     pending_count, queued_count, leased_count, running_count, succeeded_count, failed_count, \
+     cancelled_count, user_id, run_id, tool_call_id, submission_key, execution_spec";
+
+fn count(row: &Row<'_>, index: usize) -> Result<u64> {
+    let value: i64 = row.get(index).db()?;
+    Ok(value.max(0) as u64)
+}
+
+fn decode_batch(row: &Row<'_>) -> Result<BatchRecord> {
+    Ok(BatchRecord {
+        id: row.get(0).db()?,
+        thread_id: row.get(1).db()?,
+        title: row.get(2).db()?,
+        subagent_type: row.get(3).db()?,
+        status: codec::parse("subagent_batches.status", text(row, 4)?)?,
+        total_items: count(row, 5)?,
+        max_live_items: row.get(6).db()?,
+        max_running_items: row.get(7).db()?,
+        max_attempts: row.get(8).db()?,
+        created_at: row.get(9).db()?,
+        updated_at: row.get(10).db()?,
+        completed_at: row.get(11).db()?,
+        counts: BatchCounts {
+            pending: count(row, 12)?,
+            queued: count(row, 13)?,
+            leased: count(row, 14)?,
+            running: count(row, 15)?,
+            succeeded: count(row, 16)?,
+            failed: count(row, 17)?,
+            cancelled: count(row, 18)?,
+        },
+        user_id: row.get(19).db()?,
+        run_id: row.get(20).db()?,
+        tool_call_id: row.get(21).db()?,
+        submission_key: row.get(22).db()?,
+        execution_spec: codec::json("subagent_batches.execution_spec", text(row, 23)?)?,
+    })
+}
+
+/// Every item column; [`LISTED_ITEM_COLUMNS`] reads the same without the result.
+const ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, model_name, \
+     result_preview, result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
+     acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, lease_owner, \
+     lease_expires_at, cancel_requested_at, result";
+
+const LISTED_ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, \
+     model_name, result_preview, result_truncated, error, stop_reason, token_usage, \
+     acceptance_criteria, acceptance_verdict, started_at, completed_at, created_at, \
+     updated_at, prompt, lease_owner, lease_expires_at, cancel_requested_at, NULL";
+
+fn decode_item(row: &Row<'_>) -> Result<BatchItem> {
+    let stop_reason: Option<String> = row.get(10).db()?;
+    let token_usage: Option<String> = row.get(11).db()?;
+    Ok(BatchItem {
+        id: row.get(0).db()?,
+        batch_id: row.get(1).db()?,
+        item_key: row.get(2).db()?,
+        position: row.get(3).db()?,
+        status: codec::parse("subagent_batch_items.status", text(row, 4)?)?,
+        attempt: row.get(5).db()?,
+        model_name: row.get(6).db()?,
+        result_preview: row.get(7).db()?,
+        result_truncated: row.get(8).db()?,
+        error: row.get(9).db()?,
+        stop_reason: stop_reason
+            .map(|reason| codec::parse("subagent_batch_items.stop_reason", &reason))
+            .transpose()?,
+        token_usage: token_usage
+            .map(|usage| codec::decode("subagent_batch_items.token_usage", &usage))
+            .transpose()?,
+        acceptance_criteria: codec::decode(
+            "subagent_batch_items.acceptance_criteria",
+            text(row, 12)?,
+        )?,
+        acceptance_verdict: row.get(13).db()?,
+        started_at: row.get(14).db()?,
+        completed_at: row.get(15).db()?,
+        created_at: row.get(16).db()?,
+        updated_at: row.get(17).db()?,
+        prompt: row.get(18).db()?,
+        lease_owner: row.get(19).db()?,
+        lease_expires_at: row.get(20).db()?,
+        cancel_requested_at: row.get(21).db()?,
+        result: row.get(22).db()?,
+    })
+}
+
+fn load_batch(conn: &Connection, batch_id: &str) -> Result<Option<BatchRecord>> {
+    let sql = format!("SELECT {BATCH_COLUMNS} FROM subagent_batches WHERE id = ?");
+    let mut statement = conn.prepare_cached(&sql).db()?;
+    let mut rows = statement.query([batch_id]).db()?;
+    rows.next().db()?.map(decode_batch).transpose()
+}
+
+/// The batch when it exists and is visible in `scope`.
+fn scoped_batch(
+    conn: &Connection,
+    scope: &BatchScope,
+    batch_id: &str,
+) -> Result<Option<BatchRecord>> {
+    Ok(load_batch(conn, batch_id)?.filter(|batch| scope.sees(batch)))
+}
+
+fn load_item(conn: &Connection, batch_id: &str, item_id: &str) -> Result<Option<BatchItem>> {
+    let sql =
+        format!("SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE id = ? AND batch_id = ?");
+    let mut statement = conn.prepare_cached(&sql).db()?;
+    let mut rows = statement.query([item_id, batch_id]).db()?;
+    rows.next().db()?.map(decode_item).transpose()
+}
+
+/// A batch's items in `status`, in position order, at most `limit`.
+fn items_in(
+    conn: &Connection,
+    batch_id: &str,
+    status: BatchItemStatus,
+    limit: u64,
+) -> Result<Vec<BatchItem>> {
+    let sql = format!(
+        "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? AND status = ? \
+         ORDER BY position LIMIT ?"
+    );
+    query_all(
+        conn,
+        &sql,
+        params![batch_id, status.as_str(), limit as i64],
+        decode_item,
+    )
+}
+
+fn write_batch(conn: &Connection, batch: &BatchRecord) -> Result<()> {
+    let c = &batch.counts;
+    conn.prepare_cached(
+        "UPDATE subagent_batches SET status = ?, updated_at = ?, completed_at = ?, \
+         pending_count = ?, queued_count = ?, leased_count = ?, running_count = ?, \
+         succeeded_count = ?, failed_count = ?, cancelled_count = ? WHERE id = ?",
+    )
+    .db()?
+    .execute(params![
+        batch.status.as_str(),
+        batch.updated_at,
+        batch.completed_at,
+        c.pending as i64,
+        c.queued as i64,
+        c.leased as i64,
+        c.running as i64,
+        c.succeeded as i64,
+        c.failed as i64,
+        c.cancelled as i64,
+        batch.id
+    ])
+    .db()?;
+    Ok(())
+}
+
+fn write_item(conn: &Connection, item: &BatchItem) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE subagent_batch_items SET status = ?, attempt = ?, model_name = ?, \
+         result = ?, result_preview = ?, result_truncated = ?, error = ?, stop_reason = ?, \
+         token_usage = ?, acceptance_verdict = ?, lease_owner = ?, lease_expires_at = ?, \
+         cancel_requested_at = ?, started_at = ?, completed_at = ?, updated_at = ? \
+         WHERE id = ?",
+    )
+    .db()?
+    .execute(params![
+        item.status.as_str(),
+        item.attempt,
+        item.model_name,
+        item.result,
+        item.result_preview,
+        item.result_truncated,
+        item.error,
+        item.stop_reason.map(|reason| reason.as_str()),
+        item.token_usage.as_ref().map(codec::encode),
+        item.acceptance_verdict,
+        item.lease_owner,
+        item.lease_expires_at,
+        item.cancel_requested_at,
+        item.started_at,
+        item.completed_at,
+        item.updated_at,
+        item.id
+    ])
+    .db()?;
+    Ok(())
+}
+
+fn insert_batch(conn: &Connection, batch: &BatchRecord, items: &[BatchItem]) -> Result<bool> {
+    let inserted = conn
+        .prepare_cached(
+            "INSERT INTO subagent_batches (id, thread_id, user_id, run_id, tool_call_id, \
+             submission_key, title, subagent_type, status, total_items, max_live_items, \
+             max_running_items, max_attempts, execution_spec, pending_count, created_at, \
+             updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (user_id, submission_key) DO NOTHING",
+        )
+        .db()?
+        .execute(params![
+            batch.id,
+            batch.thread_id,
+            batch.user_id,
+            batch.run_id,
+            batch.tool_call_id,
+            batch.submission_key,
+            batch.title,
+            batch.subagent_type,
+            batch.status.as_str(),
+            batch.total_items as i64,
+            batch.max_live_items,
+            batch.max_running_items,
+            batch.max_attempts,
+            codec::encode(&batch.execution_spec),
+            batch.counts.pending as i64,
+            batch.created_at,
+            batch.updated_at
+        ])
+        .db()?;
+    if inserted == 0 {
+        return Ok(false);
+    }
+    let mut insert = conn
+        .prepare_cached(
+            "INSERT INTO subagent_batch_items (id, batch_id, item_key, position, status, \
+             prompt, acceptance_criteria, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .db()?;
+    for item in items {
+        insert
+            .execute(params![
+                item.id,
+                item.batch_id,
+                item.item_key,
+                item.position,
+                item.status.as_str(),
+                item.prompt,
+                codec::encode(&item.acceptance_criteria),
+                item.created_at,
+                item.updated_at
+            ])
+            .db()?;
+    }
+    Ok(true)
+}
+
+/// The existing batch of a user's submission key.
+fn submitted(conn: &Connection, user_id: &str, key: &str) -> Result<Option<BatchRecord>> {
+    let sql = format!(
+        "SELECT {BATCH_COLUMNS} FROM subagent_batches WHERE user_id = ? AND submission_key = ?"
+    );
+    let mut statement = conn.prepare_cached(&sql).db()?;
+    let mut rows = statement.query([user_id, key]).db()?;
+    rows.next().db()?.map(decode_batch).transpose()
+}
+
+/// One claim pass over the active batches, inside the caller's transaction.
+fn claim_pass(conn: &Connection, request: &ClaimRequest, now: &Now) -> Result<ClaimPass> {
+    let expires_at = now.millis.saturating_add(millis(request.lease));
+    let mut pass = ClaimPass {
+        lease_owner: request.mint_lease_owner(),
+        ..ClaimPass::default()
+    };
+    let sql = format!(
+        "SELECT {BATCH_COLUMNS} FROM subagent_batches \
+         WHERE status IN ('queued', 'running', 'paused') ORDER BY created_at, id"
+    );
+    let batches = query_all(conn, &sql, [], decode_batch)?;
+    let mut free = u64::from(request.free_slots);
+    for mut batch in batches {
+        let before = batch.clone();
+        if batch.counts.leased_or_running() > 0 {
+            let sql = format!(
+                "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? \
+                 AND status IN ('leased', 'running') AND lease_expires_at <= ? ORDER BY position"
+            );
+            for mut item in query_all(conn, &sql, params![batch.id, now.millis], decode_item)? {
+                machine::recover_expired(&mut batch, &mut item, now);
+                write_item(conn, &item)?;
+                pass.expired += 1;
+            }
+        }
+        let quota = machine::promotion_quota(&batch);
+        if quota > 0 {
+            for mut item in items_in(conn, &batch.id, BatchItemStatus::Pending, quota)? {
+                machine::promote(&mut batch, &mut item, now);
+                write_item(conn, &item)?;
+                pass.promoted += 1;
+            }
+        }
+        let quota = machine::claim_quota(&batch, free);
+        let mut claimed = Vec::new();
+        if quota > 0 {
+            let sql = format!(
+                "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? \
+                 AND status = 'queued' AND cancel_requested_at IS NULL ORDER BY position LIMIT ?"
+            );
+            let queued = query_all(conn, &sql, params![batch.id, quota as i64], decode_item)?;
+            for mut item in queued {
+                machine::claim(&mut batch, &mut item, &pass.lease_owner, expires_at, now);
+                write_item(conn, &item)?;
+                claimed.push(item);
+            }
+        }
+        if batch != before {
+            write_batch(conn, &batch)?;
+        }
+        free -= claimed.len() as u64;
+        pass.claimed
+            .extend(claimed.into_iter().map(|item| ClaimedItem {
+                batch: batch.clone(),
+                item,
+            }));
+    }
+    Ok(pass)
+}
+
+impl SqliteStore {
+    /// Runs a worker write on the item `lease` names in one IMMEDIATE transaction; the
+    /// item and batch are written back when `write` reports a change. `missing` is the
+    /// answer when the item does not exist.
+    async fn worker_write<T, F>(&self, lease: &ItemLease, missing: T, write: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut BatchRecord, &mut BatchItem, &Now) -> (T, bool) + Send + 'static,
+    {
+        let lease = lease.clone();
+        let clock = self.inner.clock.clone();
+        self.write(move |conn| {
+            let now = clock.now();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
+            let Some(mut batch) = load_batch(&tx, &lease.batch_id)? else {
+                return Ok(missing);
+            };
+            let Some(mut item) = load_item(&tx, &lease.batch_id, &lease.item_id)? else {
+                return Ok(missing);
+            };
+            let (answer, changed) = write(&mut batch, &mut item, &now);
+            if changed {
+                write_item(&tx, &item)?;
+                write_batch(&tx, &batch)?;
+                tx.commit().db()?;
+            }
+            Ok(answer)
+        })
+        .await
+    }
+
+    /// Loads a scoped batch, applies `change` to it in one IMMEDIATE transaction and
+    /// writes it back with any items `change` returns.
+    async fn batch_write<T, F>(&self, scope: &BatchScope, batch_id: &str, change: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection, Option<&mut BatchRecord>, &Now) -> Result<(T, Vec<BatchItem>)>
+            + Send
+            + 'static,
+    {
+        let (scope, batch_id) = (scope.clone(), batch_id.to_owned());
+        let clock = self.inner.clock.clone();
+        self.write(move |conn| {
+            let now = clock.now();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
+            let mut batch = scoped_batch(&tx, &scope, &batch_id)?;
+            let before = batch.clone();
+            let (answer, items) = change(&tx, batch.as_mut(), &now)?;
+            for item in &items {
+                write_item(&tx, item)?;
+            }
+            if let Some(batch) = &batch
+                && before.as_ref() != Some(batch)
+            {
+                write_batch(&tx, batch)?;
+            }
+            tx.commit().db()?;
+            Ok(answer)
+        })
+        .await
+    }
+}
+
+#[async_trait]
+impl BatchStore for SqliteStore {
+    async fn submit_batch(&self, batch: NewBatch) -> Result<Submitted> {
+        batch.validate()?;
+        let now = self.inner.clock.now();
+        let (user_id, key) = (batch.user_id.clone(), batch.submission_key.clone());
+        let (record, items) = batch.into_records(&now.stamp);
+        self.write(move |conn| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
+            if let Some(existing) = submitted(&tx, &user_id, &key)? {
+                return Ok(Submitted {
+                    batch: existing,
+                    created: false,
+                });
+            }
+            insert_batch(&tx, &record, &items)?;
+            tx.commit().db()?;
+            Ok(Submitted {
+                batch: record,
+                created: true,
+            })
+        })
+        .await
+    }
+
+    async fn get_batch(&self, scope: &BatchScope, batch_id: &str) -> Result<Option<BatchRecord>> {
+        let (scope, batch_id) = (scope.clone(), batch_id.to_owned());
+        self.read(move |conn| scoped_batch(conn, &scope, &batch_id))
+            .await
+    }
+
+    async fn list_batches(
+        &self,
+        scope: &BatchScope,
+        query: &BatchQuery,
+    ) -> Result<Vec<BatchRecord>> {
+        query.validate()?;
+        let scope = scope.clone();
+        let status = query.status.map(BatchStatus::as_str);
+        let limit = i64::from(query.limit);
+        self.read(move |conn| {
+            let sql = format!(
+                "SELECT {BATCH_COLUMNS} FROM subagent_batches WHERE user_id = ?1 \
+                 AND (?2 IS NULL OR thread_id = ?2) AND (?3 IS NULL OR status = ?3) \
+                 ORDER BY created_at DESC, id DESC LIMIT ?4"
+            );
+            query_all(
+                conn,
+                &sql,
+                params![scope.user_id, scope.thread_id, status, limit],
+                decode_batch,
+            )
+        })
+        .await
+    }
+
+    async fn list_items(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        query: &ItemQuery,
+    ) -> Result<Vec<BatchItem>> {
+        query.validate()?;
+        let (scope, batch_id, query) = (scope.clone(), batch_id.to_owned(), query.clone());
+        self.read(move |conn| {
+            if scoped_batch(conn, &scope, &batch_id)?.is_none() {
+                return Ok(Vec::new());
+            }
+            let sql = format!(
+                "SELECT {LISTED_ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ?1 \
+                 AND (?2 IS NULL OR status = ?2) ORDER BY position LIMIT ?3 OFFSET ?4"
+            );
+            query_all(
+                conn,
+                &sql,
+                params![
+                    batch_id,
+                    query.status.map(BatchItemStatus::as_str),
+                    i64::from(query.limit),
+                    i64::from(query.offset)
+                ],
+                decode_item,
+            )
+        })
+        .await
+    }
+
+    async fn get_item(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        item_id: &str,
+    ) -> Result<Option<BatchItem>> {
+        let (scope, batch_id, item_id) = (scope.clone(), batch_id.to_owned(), item_id.to_owned());
+        self.read(move |conn| {
+            if scoped_batch(conn, &scope, &batch_id)?.is_none() {
+                return Ok(None);
+            }
+            load_item(conn, &batch_id, &item_id)
+        })
+        .await
+    }
+
+    async fn export_items(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        after_position: Option<u32>,
+    ) -> Result<Vec<BatchItem>> {
+        let (scope, batch_id) = (scope.clone(), batch_id.to_owned());
+        let after = after_position.map_or(-1, i64::from);
+        self.read(move |conn| {
+            if scoped_batch(conn, &scope, &batch_id)?.is_none() {
+                return Ok(Vec::new());
+            }
+            let sql = format!(
+                "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? \
+                 AND position > ? ORDER BY position LIMIT ?"
+            );
+            query_all(
+                conn,
+                &sql,
+                params![batch_id, after, i64::from(EXPORT_PAGE)],
+                decode_item,
+            )
+        })
+        .await
+    }
+
+    async fn pause_batch(&self, scope: &BatchScope, batch_id: &str) -> Result<Option<BatchRecord>> {
+        self.batch_write(scope, batch_id, |_, batch, now| {
+            Ok((
+                batch.map(|batch| {
+                    machine::pause(batch, now);
+                    batch.clone()
+                }),
+                Vec::new(),
+            ))
+        })
+        .await
+    }
+
+    async fn resume_batch(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+    ) -> Result<Option<BatchRecord>> {
+        self.batch_write(scope, batch_id, |_, batch, now| {
+            Ok((
+                batch.map(|batch| {
+                    machine::resume(batch, now);
+                    batch.clone()
+                }),
+                Vec::new(),
+            ))
+        })
+        .await
+    }
+
+    async fn cancel_batch(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+    ) -> Result<Option<BatchRecord>> {
+        self.batch_write(scope, batch_id, |conn, batch, now| {
+            let Some(batch) = batch else {
+                return Ok((None, Vec::new()));
+            };
+            let mut items = Vec::new();
+            if machine::cancel(batch, now) {
+                let sql = format!(
+                    "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? \
+                     AND status IN ('pending', 'queued', 'leased', 'running') ORDER BY position"
+                );
+                items = query_all(conn, &sql, [&batch.id], decode_item)?;
+                for item in &mut items {
+                    machine::cancel_with_batch(batch, item, now);
+                }
+            }
+            Ok((Some(batch.clone()), items))
+        })
+        .await
+    }
+
+    async fn retry_item(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        item_id: &str,
+    ) -> Result<RetryOutcome> {
+        let item_id = item_id.to_owned();
+        self.batch_write(scope, batch_id, move |conn, batch, now| {
+            let Some(batch) = batch else {
+                return Ok((RetryOutcome::BatchNotFound, Vec::new()));
+            };
+            let Some(mut item) = load_item(conn, &batch.id, &item_id)? else {
+                return Ok((RetryOutcome::NotFailed, Vec::new()));
+            };
+            Ok(match machine::retry(batch, &mut item, now) {
+                Ok(()) => (
+                    RetryOutcome::Retried {
+                        batch: Box::new(batch.clone()),
+                        item: Box::new(item.clone()),
+                    },
+                    vec![item],
+                ),
+                Err(machine::RetryRefusal::NotFailed) => (RetryOutcome::NotFailed, Vec::new()),
+                Err(machine::RetryRefusal::BatchCancelled) => {
+                    (RetryOutcome::BatchCancelled, Vec::new())
+                }
+            })
+        })
+        .await
+    }
+
+    async fn claim_pass(&self, request: &ClaimRequest) -> Result<ClaimPass> {
+        let request = request.clone();
+        let clock = self.inner.clock.clone();
+        self.write(move |conn| {
+            let now = clock.now();
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .db()?;
+            let pass = claim_pass(&tx, &request, &now)?;
+            tx.commit().db()?;
+            Ok(pass)
+        })
+        .await
+    }
+
+    async fn mark_running(&self, lease: &ItemLease) -> Result<bool> {
+        let fence = lease.clone();
+        self.worker_write(lease, false, move |batch, item, now| {
+            let changed = machine::mark_running(batch, item, &fence, now);
+            (changed, changed)
+        })
+        .await
+    }
+
+    async fn renew_lease(&self, lease: &ItemLease, ttl: Duration) -> Result<Renewal> {
+        let fence = lease.clone();
+        self.worker_write(lease, Renewal::Lost, move |_, item, now| {
+            let expires_at = now.millis.saturating_add(millis(ttl));
+            let renewal = machine::renew(item, &fence, expires_at, now);
+            (renewal, matches!(renewal, Renewal::Held { .. }))
+        })
+        .await
+    }
+
+    async fn finish_success(
+        &self,
+        lease: &ItemLease,
+        outcome: &ItemSuccess,
+    ) -> Result<Option<BatchItemStatus>> {
+        let (fence, outcome) = (lease.clone(), outcome.clone());
+        self.worker_write(lease, None, move |batch, item, now| {
+            let status = machine::finish_success(batch, item, &fence, &outcome, now);
+            (status, status.is_some())
+        })
+        .await
+    }
+
+    async fn finish_failure(
+        &self,
+        lease: &ItemLease,
+        outcome: &ItemFailure,
+    ) -> Result<Option<BatchItemStatus>> {
+        let (fence, outcome) = (lease.clone(), outcome.clone());
+        self.worker_write(lease, None, move |batch, item, now| {
+            let status = machine::finish_failure(batch, item, &fence, &outcome, now);
+            (status, status.is_some())
+        })
+        .await
+    }
+
+    async fn finish_cancelled(&self, lease: &ItemLease) -> Result<Option<BatchItemStatus>> {
+        let fence = lease.clone();
+        self.worker_write(lease, None, move |batch, item, now| {
+            let status = machine::finish_cancelled(batch, item, &fence, now);
+            (status, status.is_some())
+        })
+        .await
+    }
+
+    async fn release_claim(
+        &self,
+        lease: &ItemLease,
+        reason: &ReleaseReason,
+    ) -> Result<Option<BatchItemStatus>> {
+        let (fence, reason) = (lease.clone(), reason.clone());
+        self.worker_write(lease, None, move |batch, item, now| {
+            let status = machine::release(batch, item, &fence, &reason, now);
+            (status, status.is_some())
+        })
+        .await
+    }
+
+    async fn heartbeat(&self, worker: &WorkerHeartbeat) -> Result<()> {
+        let worker = worker.clone();
+        let at = self.inner.clock.now().millis;
+        self.write(move |conn| {
+            conn.prepare_cached(
+                "INSERT INTO subagent_batch_workers (worker_id, hostname, started_at, \
+                 heartbeat_at) VALUES (?, ?, ?, ?) ON CONFLICT (worker_id) DO UPDATE SET \
+                 hostname = excluded.hostname, heartbeat_at = excluded.heartbeat_at",
+            )
+            .db()?
+            .execute(params![
+                worker.worker_id,
+                worker.hostname,
+                worker.started_at,
+                at
+            ])
+            .db()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn remove_worker(&self, worker_id: &str) -> Result<bool> {
+        let worker_id = worker_id.to_owned();
+        let removed = self
+            .write(move |conn| {
+                conn.prepare_cached("DELETE FROM subagent_batch_workers WHERE worker_id = ?")
+                    .db()?
+                    .execute([worker_id])
+                    .db()
+            })
+            .await?;
+        Ok(removed > 0)
+    }
+
+    async fn live_workers(&self, max_age: Duration) -> Result<u64> {
+        let cutoff = self
+            .inner
+            .clock
+            .now()
+            .millis
+            .saturating_sub(millis(max_age));
+        let live: i64 = self
+            .read(move |conn| {
+                conn.prepare_cached(
+                    "SELECT COUNT(*) FROM subagent_batch_workers WHERE heartbeat_at > ?",
+                )
+                .db()?
+                .query_row([cutoff], |row| row.get(0))
+                .db()
+            })
+            .await?;
+        Ok(live.max(0) as u64)
+    }
+
+    async fn batch_totals(&self) -> Result<BatchTotals> {
+        self.read(|conn| {
+            let batches = query_all(
+                conn,
+                "SELECT status, COUNT(*) FROM subagent_batches GROUP BY status",
+                [],
+                |row| {
+                    let status: BatchStatus =
+                        codec::parse("subagent_batches.status", text(row, 0)?)?;
+                    Ok((status, count(row, 1)?))
+                },
+            )?;
+            let items = conn
+                .prepare_cached(
+                    "SELECT COALESCE(SUM(pending_count), 0), COALESCE(SUM(queued_count), 0), \
+                     COALESCE(SUM(leased_count), 0), COALESCE(SUM(running_count), 0), \
+                     COALESCE(SUM(succeeded_count), 0), COALESCE(SUM(failed_count), 0), \
+                     COALESCE(SUM(cancelled_count), 0) FROM subagent_batches",
+                )
+                .db()?
+                .query_row([], |row| {
+                    let n = |i: usize| row.get::<_, i64>(i).map(|v| v.max(0) as u64);
+                    Ok(BatchCounts {
+                        pending: n(0)?,
+                        queued: n(1)?,
+                        leased: n(2)?,
+                        running: n(3)?,
+                        succeeded: n(4)?,
+                        failed: n(5)?,
+                        cancelled: n(6)?,
+                    })
+                })
+                .optional()
+                .db()?
+                .unwrap_or_default();
+            Ok(BatchTotals::new(batches, items))
+        })
+        .await
+    }
+}
