@@ -16,8 +16,8 @@ use subflow_contracts::{SubagentStatus, SubagentStopReason};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::SubagentDefinition;
 use super::executor::{Execution, ExecutionIdentity, Terminal};
+use super::{LOG_TARGET, SubagentDefinition};
 use crate::guarded::Guards;
 use crate::metrics::TokenCount;
 use crate::run::short_trace;
@@ -91,7 +91,7 @@ impl Runtime {
         let config = self.config();
         let short_trace = short_trace(None);
         if !self.models.contains(&model_name) {
-            tracing::warn!("[trace={short_trace}] {label}: model {model_name} is not configured");
+            tracing::warn!(target: LOG_TARGET, "[trace={short_trace}] {label}: model {model_name} is not configured");
             return ExecutionReport {
                 status: SubagentStatus::Failed,
                 stop_reason: None,
@@ -142,7 +142,7 @@ impl Runtime {
         let ended = match AssertUnwindSafe(execution.run()).catch_unwind().await {
             Ok(ended) => ended,
             Err(_) => {
-                tracing::error!("[trace={short_trace}] {label} execution panicked");
+                tracing::error!(target: LOG_TARGET, "[trace={short_trace}] {label} execution panicked");
                 Terminal::new(SubagentStatus::Failed, DISAPPEARED_ERROR.to_owned())
             }
         };

@@ -15,7 +15,7 @@ use subflow_models::{ChatModel, ChatRequest, assemble};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
 
-use super::SubagentDefinition;
+use super::{LOG_TARGET, SubagentDefinition};
 use crate::guarded::{GuardStop, Guards};
 use crate::journal::JournalProxy;
 use crate::output::TaskEmitter;
@@ -102,6 +102,7 @@ impl Execution {
             short_trace, label, ..
         } = &self.identity;
         tracing::info!(
+            target: LOG_TARGET,
             "[trace={short_trace}] {label} executor finished: {}",
             outcome.status
         );

@@ -11,6 +11,10 @@ mod task;
 
 use serde::{Deserialize, Serialize};
 
+/// The target of every supervisor and executor log line, whichever file writes it, so
+/// filters and readers of `subflow_runtime::subagent` lines keep working.
+const LOG_TARGET: &str = "subflow_runtime::subagent";
+
 pub use detached::{DetachedExecution, ExecutionReport};
 pub(crate) use executor::error_fallback;
 pub use spec::{EXECUTION_SPEC_VERSION, ExecutionSpec, SpecError, SubmittedBy};

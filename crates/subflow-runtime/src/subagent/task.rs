@@ -13,8 +13,8 @@ use subflow_contracts::task_result::{TaskOutcome, task_tool_message, unknown_sub
 use tracing::Instrument;
 use uuid::Uuid;
 
-use super::SubagentDefinition;
 use super::executor::{Execution, ExecutionIdentity, TaskEvents, Terminal};
+use super::{LOG_TARGET, SubagentDefinition};
 use crate::guarded::Guards;
 use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::{TaskEmitter, TerminalEvent};
@@ -141,6 +141,7 @@ async fn supervise(
     let model_name = model.info().name.clone();
     let trace = &run.short_trace;
     tracing::info!(
+        target: LOG_TARGET,
         "[trace={trace}] task {} delegated to {} (execution {execution_id})",
         call.id,
         definition.name
@@ -165,7 +166,7 @@ async fn supervise(
     };
     let handle = match permit {
         Err(error) => {
-            tracing::warn!("[trace={trace}] task {} not admitted: {error}", call.id);
+            tracing::warn!(target: LOG_TARGET, "[trace={trace}] task {} not admitted: {error}", call.id);
             let _ = terminal.set(Terminal::new(SubagentStatus::Failed, error.to_string()));
             None
         }
@@ -213,7 +214,7 @@ async fn supervise(
             joined = tokio::time::timeout(deadline, &mut handle) => match joined {
                 Ok(Ok(())) => {}
                 Ok(Err(join_error)) => {
-                    tracing::error!("[trace={trace}] task {} execution vanished: {join_error}", call.id);
+                    tracing::error!(target: LOG_TARGET, "[trace={trace}] task {} execution vanished: {join_error}", call.id);
                     if terminal.get().is_none() {
                         emitter.terminal(TerminalEvent::Disappeared, None);
                         runtime_report(run, &collector);
@@ -224,7 +225,7 @@ async fn supervise(
                 }
                 Err(_) => {
                     // The safety net: no terminal status long after the executor's own timeout.
-                    tracing::error!("[trace={trace}] task {} polling timed out", call.id);
+                    tracing::error!(target: LOG_TARGET, "[trace={trace}] task {} polling timed out", call.id);
                     runtime_report(run, &collector);
                     emitter.terminal(TerminalEvent::SafetyNetTimedOut, collector.totals());
                     handle.abort();
@@ -271,7 +272,7 @@ async fn supervise(
         _ => TerminalEvent::Failed(ended.error.clone().unwrap_or_default()),
     };
     emitter.terminal(event, usage);
-    tracing::info!("[trace={trace}] task {} ended {}", call.id, ended.status);
+    tracing::info!(target: LOG_TARGET, "[trace={trace}] task {} ended {}", call.id, ended.status);
     let ended_status = ended.status;
     let outcome = TaskOutcome {
         status: ended.status,
@@ -318,6 +319,7 @@ async fn parent_cancelled(
     };
     emitter.terminal(event, collector.totals());
     tracing::info!(
+        target: LOG_TARGET,
         "[trace={}] task cancelled with its parent run",
         run.short_trace
     );
