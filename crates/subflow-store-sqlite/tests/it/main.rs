@@ -15,7 +15,7 @@ async fn sqlite_fixture() -> Fixture {
 subflow_store::conformance_tests!(sqlite_fixture());
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
     /// Random batch histories on a real SQLite file, whose clock the history moves.
     #[test]

@@ -596,6 +596,13 @@ pub async fn batches_a_claim_promotes_up_to_live_and_leases_up_to_running(store:
         second.lease_owner, first.lease_owner,
         "each pass mints a token"
     );
+    for worker in ["", "worker-1", "0123456789ABCDEF0123456789abcdeg"] {
+        let error = store.claim_pass(&claim(worker, 1, LIVE)).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("invalid query: worker_id must be 32 hex digits, got '{worker}'")
+        );
+    }
     let mut long_host = claim(WORKER, 0, LIVE);
     long_host.hostname = "h".repeat(300);
     assert_eq!(
