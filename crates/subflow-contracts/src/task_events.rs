@@ -1,9 +1,14 @@
 //! Mapping of live task events (SPEC §3.3) to persisted `subagent.*` records (SPEC §5.3).
 
+use std::borrow::Cow;
+
+use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 use crate::events::{EventCategory, EventType};
+use crate::messages::Message;
 use crate::status::TaskEndStatus;
+use crate::task_result::TokenUsage;
 use crate::text::cap_chars;
 
 /// Cap, in characters, on step text, serialised tool-call args, results and errors.
@@ -112,7 +117,7 @@ pub fn map_task_event(chunk: &Value) -> Result<MappedTaskEvent, RejectedChunk> {
             metadata.insert("message_index".into(), json!(message_index));
             Ok(MappedTaskEvent {
                 event_type: EventType::SubagentStep,
-                content: step_content(task_id, message_index, message),
+                content: StepParts::of_chunk(message).content(task_id, message_index),
                 metadata,
             })
         }
@@ -122,45 +127,101 @@ pub fn map_task_event(chunk: &Value) -> Result<MappedTaskEvent, RejectedChunk> {
                 .expect("terminal task events have an end status");
             Ok(MappedTaskEvent {
                 event_type: EventType::SubagentEnd,
-                content: end_content(task_id, status, object),
+                content: EndParts::of_chunk(object).content(task_id, status),
                 metadata,
             })
         }
     }
 }
 
-fn step_content(task_id: &str, message_index: u64, message: &Map<String, Value>) -> Value {
-    let is_tool = message.get("type").and_then(Value::as_str) == Some("tool");
-    let full_text = flatten_content(message.get("content"));
-    let (text, truncated) = cap_chars(&full_text, PERSISTED_TEXT_CAP);
-    let mut content = Map::new();
-    content.insert("task_id".into(), json!(task_id));
-    content.insert("message_index".into(), json!(message_index));
-    content.insert("kind".into(), json!(if is_tool { "tool" } else { "ai" }));
-    content.insert("text".into(), json!(text));
-    content.insert("truncated".into(), json!(truncated));
-    if is_tool {
-        let tool_name = message.get("name").filter(|n| n.is_string()).cloned();
-        content.insert("tool_name".into(), tool_name.unwrap_or(Value::Null));
-    } else {
+/// What a step record is made of, however the step arrived.
+struct StepParts<'a> {
+    is_tool: bool,
+    text: String,
+    /// The tool message's `name`, or null.
+    tool_name: Value,
+    /// `(name, args)` of an AI message's tool calls.
+    calls: Vec<(Value, &'a Value)>,
+}
+
+impl<'a> StepParts<'a> {
+    fn of_chunk(message: &'a Map<String, Value>) -> Self {
+        let is_tool = message.get("type").and_then(Value::as_str) == Some("tool");
         let calls = message
             .get("tool_calls")
             .and_then(Value::as_array)
-            .map(|calls| calls.iter().map(step_tool_call).collect())
+            .map(|calls| {
+                calls
+                    .iter()
+                    .map(|call| {
+                        let name = call.get("name").filter(|n| n.is_string()).cloned();
+                        (
+                            name.unwrap_or(Value::Null),
+                            call.get("args").unwrap_or(&Value::Null),
+                        )
+                    })
+                    .collect()
+            })
             .unwrap_or_default();
-        content.insert("tool_calls".into(), Value::Array(calls));
+        StepParts {
+            is_tool,
+            text: flatten_content(message.get("content")),
+            tool_name: message
+                .get("name")
+                .filter(|n| n.is_string())
+                .cloned()
+                .unwrap_or(Value::Null),
+            calls,
+        }
     }
-    Value::Object(content)
+
+    fn of_message(message: &'a Message) -> Self {
+        let (tool_name, calls) = match message {
+            Message::Tool(tool) => (json!(tool.name), Vec::new()),
+            Message::Ai(ai) => (
+                Value::Null,
+                ai.tool_calls
+                    .iter()
+                    .map(|call| (json!(call.name), &call.args))
+                    .collect(),
+            ),
+            Message::Human(_) | Message::System(_) => (Value::Null, Vec::new()),
+        };
+        StepParts {
+            is_tool: matches!(message, Message::Tool(_)),
+            text: message.text(),
+            tool_name,
+            calls,
+        }
+    }
+
+    fn content(self, task_id: &str, message_index: u64) -> Value {
+        let (text, truncated) = cap_chars(&self.text, PERSISTED_TEXT_CAP);
+        let mut content = Map::new();
+        content.insert("task_id".into(), json!(task_id));
+        content.insert("message_index".into(), json!(message_index));
+        content.insert(
+            "kind".into(),
+            json!(if self.is_tool { "tool" } else { "ai" }),
+        );
+        content.insert("text".into(), json!(text));
+        content.insert("truncated".into(), json!(truncated));
+        if self.is_tool {
+            content.insert("tool_name".into(), self.tool_name);
+        } else {
+            let calls = self
+                .calls
+                .into_iter()
+                .map(|(name, args)| step_tool_call(name, args))
+                .collect();
+            content.insert("tool_calls".into(), Value::Array(calls));
+        }
+        Value::Object(content)
+    }
 }
 
-fn step_tool_call(call: &Value) -> Value {
-    let name = call
-        .get("name")
-        .filter(|n| n.is_string())
-        .cloned()
-        .unwrap_or(Value::Null);
-    let args = call.get("args").cloned().unwrap_or(Value::Null);
-    let serialised = match &args {
+fn step_tool_call(name: Value, args: &Value) -> Value {
+    let serialised = match args {
         Value::String(text) => text.clone(),
         other => other.to_string(),
     };
@@ -170,44 +231,312 @@ fn step_tool_call(call: &Value) -> Value {
     }
 }
 
-fn end_content(task_id: &str, status: TaskEndStatus, chunk: &Map<String, Value>) -> Value {
-    let mut content = Map::new();
-    content.insert("task_id".into(), json!(task_id));
-    content.insert("status".into(), json!(status.as_str()));
-    if let Some(model) = chunk
-        .get("model_name")
-        .and_then(Value::as_str)
-        .map(str::trim)
-        && !model.is_empty()
-    {
-        content.insert("model_name".into(), json!(model));
-    }
-    if let Some(usage) = chunk.get("usage").and_then(valid_usage) {
-        content.insert("usage".into(), usage);
-    }
-    for (key, flag) in [("result", "result_truncated"), ("error", "error_truncated")] {
-        let text = match chunk.get(key) {
-            None | Some(Value::Null) => continue,
-            Some(Value::String(text)) => text.clone(),
-            Some(other) => other.to_string(),
+/// What an end record is made of, however the terminal event arrived.
+struct EndParts<'a> {
+    model_name: Option<&'a str>,
+    usage: Option<TokenUsage>,
+    result: Option<Cow<'a, str>>,
+    error: Option<Cow<'a, str>>,
+}
+
+impl<'a> EndParts<'a> {
+    fn of_chunk(chunk: &'a Map<String, Value>) -> Self {
+        let text = |key: &str| match chunk.get(key) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(text)) => Some(Cow::Borrowed(text.as_str())),
+            Some(other) => Some(Cow::Owned(other.to_string())),
         };
-        let (kept, cut) = cap_chars(&text, PERSISTED_TEXT_CAP);
-        content.insert(key.into(), json!(kept));
-        if cut {
-            content.insert(flag.into(), json!(true));
+        EndParts {
+            model_name: chunk.get("model_name").and_then(Value::as_str),
+            usage: chunk.get("usage").and_then(valid_usage),
+            result: text("result"),
+            error: text("error"),
         }
     }
-    Value::Object(content)
+
+    fn failure(model_name: &'a str, usage: Option<TokenUsage>, error: &'a str) -> Self {
+        EndParts {
+            model_name: Some(model_name),
+            usage,
+            result: None,
+            error: Some(Cow::Borrowed(error)),
+        }
+    }
+
+    fn content(self, task_id: &str, status: TaskEndStatus) -> Value {
+        let mut content = Map::new();
+        content.insert("task_id".into(), json!(task_id));
+        content.insert("status".into(), json!(status.as_str()));
+        if let Some(model) = self.model_name.map(str::trim)
+            && !model.is_empty()
+        {
+            content.insert("model_name".into(), json!(model));
+        }
+        if let Some(usage) = self.usage {
+            content.insert("usage".into(), json!(usage));
+        }
+        for (key, flag, text) in [
+            ("result", "result_truncated", self.result),
+            ("error", "error_truncated", self.error),
+        ] {
+            let Some(text) = text else { continue };
+            let (kept, cut) = cap_chars(&text, PERSISTED_TEXT_CAP);
+            content.insert(key.into(), json!(kept));
+            if cut {
+                content.insert(flag.into(), json!(true));
+            }
+        }
+        Value::Object(content)
+    }
 }
 
 /// `{input_tokens, output_tokens, total_tokens}` when all three are non-negative integers.
-fn valid_usage(usage: &Value) -> Option<Value> {
+fn valid_usage(usage: &Value) -> Option<TokenUsage> {
     let count = |key| usage.get(key).and_then(Value::as_u64);
-    Some(json!({
-        "input_tokens": count("input_tokens")?,
-        "output_tokens": count("output_tokens")?,
-        "total_tokens": count("total_tokens")?,
-    }))
+    Some(TokenUsage {
+        input_tokens: count("input_tokens")?,
+        output_tokens: count("output_tokens")?,
+        total_tokens: count("total_tokens")?,
+    })
+}
+
+/// The error of a task whose execution vanished without a status (SPEC §3.3).
+pub const DISAPPEARED_ERROR: &str = "Task disappeared from background tasks";
+
+/// A live task event as the runtime produces it (SPEC §3.3). It serialises to the
+/// `custom` payload with the fields in the documented order, and [`TaskEvent::record`]
+/// maps it to its `subagent.*` record without going through JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type")]
+pub enum TaskEvent {
+    /// `task_started`.
+    #[serde(rename = "task_started")]
+    Started {
+        /// The tool_call_id.
+        task_id: String,
+        /// The task's description.
+        description: String,
+        /// The effective model.
+        model_name: String,
+    },
+    /// `task_running`: one step message.
+    #[serde(rename = "task_running")]
+    Running {
+        /// The tool_call_id.
+        task_id: String,
+        /// The step's full message dict.
+        message: Box<Message>,
+        /// 1-based, contiguous.
+        message_index: u64,
+        /// Steps captured at emission.
+        total_messages: u64,
+        /// Cumulative usage, null while there are no records.
+        usage: Option<TokenUsage>,
+        /// The effective model.
+        model_name: String,
+    },
+    /// `task_completed`, with the untruncated result.
+    #[serde(rename = "task_completed")]
+    Completed {
+        /// The tool_call_id.
+        task_id: String,
+        /// The result.
+        result: String,
+        /// Final usage.
+        usage: Option<TokenUsage>,
+        /// The effective model.
+        model_name: String,
+    },
+    /// `task_failed`.
+    #[serde(rename = "task_failed")]
+    Failed {
+        /// The tool_call_id.
+        task_id: String,
+        /// The failure.
+        error: String,
+        /// Final usage.
+        usage: Option<TokenUsage>,
+        /// The effective model.
+        model_name: String,
+    },
+    /// `task_cancelled`.
+    #[serde(rename = "task_cancelled")]
+    Cancelled {
+        /// The tool_call_id.
+        task_id: String,
+        /// Why.
+        error: String,
+        /// Final usage.
+        usage: Option<TokenUsage>,
+        /// The effective model.
+        model_name: String,
+    },
+    /// `task_timed_out` from the executor's timeout.
+    #[serde(rename = "task_timed_out")]
+    TimedOut {
+        /// The tool_call_id.
+        task_id: String,
+        /// The timeout text.
+        error: String,
+        /// Final usage.
+        usage: Option<TokenUsage>,
+        /// The effective model.
+        model_name: String,
+    },
+    /// `task_timed_out` from the supervision safety net: no `error` key (SPEC §3.7).
+    #[serde(rename = "task_timed_out")]
+    SafetyNetTimedOut {
+        /// The tool_call_id.
+        task_id: String,
+        /// Usage when the net caught it.
+        usage: Option<TokenUsage>,
+        /// The effective model.
+        model_name: String,
+    },
+    /// `task_failed` for an execution that vanished: no `usage` or `model_name` keys.
+    #[serde(rename = "task_failed")]
+    Disappeared {
+        /// The tool_call_id.
+        task_id: String,
+        /// Always [`DISAPPEARED_ERROR`].
+        error: &'static str,
+    },
+}
+
+impl TaskEvent {
+    /// The `task_failed` event of an execution that vanished.
+    pub fn disappeared(task_id: impl Into<String>) -> Self {
+        TaskEvent::Disappeared {
+            task_id: task_id.into(),
+            error: DISAPPEARED_ERROR,
+        }
+    }
+
+    /// The wire `type`.
+    pub fn event_type(&self) -> TaskEventType {
+        match self {
+            TaskEvent::Started { .. } => TaskEventType::Started,
+            TaskEvent::Running { .. } => TaskEventType::Running,
+            TaskEvent::Completed { .. } => TaskEventType::Completed,
+            TaskEvent::Failed { .. } | TaskEvent::Disappeared { .. } => TaskEventType::Failed,
+            TaskEvent::Cancelled { .. } => TaskEventType::Cancelled,
+            TaskEvent::TimedOut { .. } | TaskEvent::SafetyNetTimedOut { .. } => {
+                TaskEventType::TimedOut
+            }
+        }
+    }
+
+    /// The tool_call_id.
+    pub fn task_id(&self) -> &str {
+        match self {
+            TaskEvent::Started { task_id, .. }
+            | TaskEvent::Running { task_id, .. }
+            | TaskEvent::Completed { task_id, .. }
+            | TaskEvent::Failed { task_id, .. }
+            | TaskEvent::Cancelled { task_id, .. }
+            | TaskEvent::TimedOut { task_id, .. }
+            | TaskEvent::SafetyNetTimedOut { task_id, .. }
+            | TaskEvent::Disappeared { task_id, .. } => task_id,
+        }
+    }
+
+    /// The `custom` payload, fields in the documented order.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("task events always serialise")
+    }
+
+    /// The persisted `subagent.*` record of this event; the same record
+    /// [`map_task_event`] makes of its payload.
+    pub fn record(&self) -> MappedTaskEvent {
+        let task_id = self.task_id();
+        let mut metadata = Map::new();
+        metadata.insert("task_id".into(), json!(task_id));
+        let end =
+            |status, parts: EndParts<'_>| (EventType::SubagentEnd, parts.content(task_id, status));
+        let (event_type, content) = match self {
+            TaskEvent::Started { description, .. } => (
+                EventType::SubagentStart,
+                json!({"task_id": task_id, "description": description}),
+            ),
+            TaskEvent::Running {
+                message,
+                message_index,
+                ..
+            } => {
+                metadata.insert("message_index".into(), json!(message_index));
+                (
+                    EventType::SubagentStep,
+                    StepParts::of_message(message).content(task_id, *message_index),
+                )
+            }
+            TaskEvent::Completed {
+                result,
+                usage,
+                model_name,
+                ..
+            } => end(
+                TaskEndStatus::Completed,
+                EndParts {
+                    model_name: Some(model_name),
+                    usage: *usage,
+                    result: Some(Cow::Borrowed(result)),
+                    error: None,
+                },
+            ),
+            TaskEvent::Failed {
+                error,
+                usage,
+                model_name,
+                ..
+            } => end(
+                TaskEndStatus::Failed,
+                EndParts::failure(model_name, *usage, error),
+            ),
+            TaskEvent::Cancelled {
+                error,
+                usage,
+                model_name,
+                ..
+            } => end(
+                TaskEndStatus::Cancelled,
+                EndParts::failure(model_name, *usage, error),
+            ),
+            TaskEvent::TimedOut {
+                error,
+                usage,
+                model_name,
+                ..
+            } => end(
+                TaskEndStatus::TimedOut,
+                EndParts::failure(model_name, *usage, error),
+            ),
+            TaskEvent::SafetyNetTimedOut {
+                usage, model_name, ..
+            } => end(
+                TaskEndStatus::TimedOut,
+                EndParts {
+                    model_name: Some(model_name),
+                    usage: *usage,
+                    result: None,
+                    error: None,
+                },
+            ),
+            TaskEvent::Disappeared { error, .. } => end(
+                TaskEndStatus::Failed,
+                EndParts {
+                    model_name: None,
+                    usage: None,
+                    result: None,
+                    error: Some(Cow::Borrowed(error)),
+                },
+            ),
+        };
+        MappedTaskEvent {
+            event_type,
+            content,
+            metadata,
+        }
+    }
 }
 
 /// Flattens message content to text: a string as is; a list joins its string items and
@@ -425,5 +754,148 @@ mod tests {
         for (chunk, reason) in cases {
             assert_eq!(map_task_event(&chunk), Err(reason), "{chunk}");
         }
+    }
+
+    fn typed_events() -> Vec<TaskEvent> {
+        let usage = Some(TokenUsage {
+            input_tokens: 5,
+            output_tokens: 2,
+            total_tokens: 7,
+        });
+        let ai = Message::Ai(crate::messages::AiMessage {
+            content: json!([{"type": "text", "text": "look"}, "here"]),
+            id: Some("m1".into()),
+            tool_calls: vec![crate::messages::ToolCall::new(
+                "c1",
+                "write_file",
+                json!({"path": "n.md", "content": "x".repeat(PERSISTED_TEXT_CAP)}),
+            )],
+            ..crate::messages::AiMessage::default()
+        });
+        let tool = Message::Tool(crate::messages::ToolMessage {
+            content: json!("ok"),
+            name: Some("ls".into()),
+            tool_call_id: "c1".into(),
+            ..crate::messages::ToolMessage::default()
+        });
+        let nameless_tool = Message::Tool(crate::messages::ToolMessage {
+            content: json!(null),
+            tool_call_id: "c2".into(),
+            ..crate::messages::ToolMessage::default()
+        });
+        let (task_id, model_name) = ("call_1".to_owned(), "m".to_owned());
+        let running = |index: u64, message: Message, usage| TaskEvent::Running {
+            task_id: task_id.clone(),
+            message: Box::new(message),
+            message_index: index,
+            total_messages: index,
+            usage,
+            model_name: model_name.clone(),
+        };
+        vec![
+            TaskEvent::Started {
+                task_id: task_id.clone(),
+                description: "Look around".into(),
+                model_name: model_name.clone(),
+            },
+            running(1, ai, None),
+            running(2, tool, usage),
+            running(3, nameless_tool, usage),
+            TaskEvent::Completed {
+                task_id: task_id.clone(),
+                result: "r".repeat(PERSISTED_TEXT_CAP + 1),
+                usage,
+                model_name: " m ".into(),
+            },
+            TaskEvent::Failed {
+                task_id: task_id.clone(),
+                error: "boom".into(),
+                usage: None,
+                model_name: model_name.clone(),
+            },
+            TaskEvent::Cancelled {
+                task_id: task_id.clone(),
+                error: "Cancelled by user".into(),
+                usage,
+                model_name: model_name.clone(),
+            },
+            TaskEvent::TimedOut {
+                task_id: task_id.clone(),
+                error: "Execution timed out after 1 seconds".into(),
+                usage,
+                model_name: model_name.clone(),
+            },
+            TaskEvent::SafetyNetTimedOut {
+                task_id: task_id.clone(),
+                usage,
+                model_name: model_name.clone(),
+            },
+            TaskEvent::disappeared(task_id),
+        ]
+    }
+
+    #[test]
+    fn typed_events_record_what_their_payloads_map_to() {
+        for event in typed_events() {
+            let payload = event.to_value();
+            assert_eq!(payload["type"], event.event_type().as_str());
+            assert_eq!(Ok(event.record()), map_task_event(&payload), "{payload}");
+        }
+    }
+
+    #[test]
+    fn typed_payloads_have_the_documented_fields_in_order() {
+        let usage = r#"{"input_tokens":5,"output_tokens":2,"total_tokens":7}"#;
+        let payloads: Vec<String> = typed_events()
+            .iter()
+            .map(|event| serde_json::to_string(event).unwrap())
+            .collect();
+        assert_eq!(
+            payloads[0],
+            r#"{"type":"task_started","task_id":"call_1","description":"Look around","model_name":"m"}"#
+        );
+        assert!(
+            payloads[1].starts_with(r#"{"type":"task_running","task_id":"call_1","message":{"type":"ai","content":[{"type":"text","text":"look"},"here"],"id":"m1""#),
+            "{}",
+            payloads[1]
+        );
+        assert!(
+            payloads[1].ends_with(
+                r#","message_index":1,"total_messages":1,"usage":null,"model_name":"m"}"#
+            )
+        );
+        assert!(payloads[2].ends_with(&format!(
+            r#","message_index":2,"total_messages":2,"usage":{usage},"model_name":"m"}}"#
+        )));
+        assert!(
+            payloads[4].starts_with(r#"{"type":"task_completed","task_id":"call_1","result":"rrr"#)
+        );
+        assert!(payloads[4].ends_with(&format!(r#"","usage":{usage},"model_name":" m "}}"#)));
+        assert_eq!(
+            payloads[5],
+            r#"{"type":"task_failed","task_id":"call_1","error":"boom","usage":null,"model_name":"m"}"#
+        );
+        assert_eq!(
+            payloads[6],
+            format!(
+                r#"{{"type":"task_cancelled","task_id":"call_1","error":"Cancelled by user","usage":{usage},"model_name":"m"}}"#
+            )
+        );
+        assert_eq!(
+            payloads[7],
+            format!(
+                r#"{{"type":"task_timed_out","task_id":"call_1","error":"Execution timed out after 1 seconds","usage":{usage},"model_name":"m"}}"#
+            )
+        );
+        assert_eq!(
+            payloads[8],
+            format!(
+                r#"{{"type":"task_timed_out","task_id":"call_1","usage":{usage},"model_name":"m"}}"#
+            )
+        );
+        assert_eq!(
+            payloads[9],
+            r#"{"type":"task_failed","task_id":"call_1","error":"Task disappeared from background tasks"}"#
+        );
     }
 }

@@ -116,6 +116,11 @@ impl Admission {
         }
     }
 
+    /// `subagent_runtime.max_running`: executions running at once in this process.
+    pub fn max_running(&self) -> usize {
+        self.config.max_running
+    }
+
     /// Executions waiting now.
     pub fn queued(&self) -> usize {
         self.queued.load(Ordering::SeqCst)

@@ -1,7 +1,7 @@
 //! The guards as one agent loop uses them: warnings injected at the next model call,
 //! hard stops that rewrite the response, and the loop-detection audit event.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use serde_json::Value;
 use subflow_contracts::messages::{AiMessage, Message};
@@ -21,10 +21,32 @@ pub(crate) enum GuardStop {
     Token,
 }
 
+/// The loop detector a [`Guards`] checks with.
+#[derive(Debug)]
+enum Detector {
+    /// A subagent execution's fresh detector.
+    Own(LoopDetector),
+    /// The process's lead detector, whose per-thread state outlives a run and is
+    /// bounded by its LRU (`loop_detection.max_tracked_threads`).
+    Shared(Arc<Mutex<LoopDetector>>),
+}
+
+impl Detector {
+    fn after_model(&mut self, thread_key: &str, ai: &AiMessage) -> Detection {
+        match self {
+            Detector::Own(detector) => detector.after_model(thread_key, ai),
+            Detector::Shared(detector) => detector
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .after_model(thread_key, ai),
+        }
+    }
+}
+
 /// The guard state of one agent execution (the lead's run, or one subagent).
 #[derive(Debug)]
 pub(crate) struct Guards {
-    detector: Option<LoopDetector>,
+    detector: Option<Detector>,
     budget: Option<TokenBudget>,
     loop_warnings: WarningQueue,
     budget_warnings: WarningQueue,
@@ -34,16 +56,38 @@ pub(crate) struct Guards {
 }
 
 impl Guards {
-    /// Fresh guards; `agent_id` is the subagent's definition name, `None` for the lead.
-    /// Loop detections are counted in `metrics`.
+    /// Fresh guards of the subagent `agent_id` (its definition name), with a fresh loop
+    /// detector. Loop detections are counted in `metrics`.
     pub fn new(
         loops: &LoopDetectionConfig,
+        budget: &TokenBudgetConfig,
+        agent_id: &str,
+        metrics: Arc<dyn RuntimeMetrics>,
+    ) -> Self {
+        let detector = loops
+            .enabled
+            .then(|| Detector::Own(LoopDetector::new(loops.clone())));
+        Guards::with_detector(detector, budget, Some(agent_id), metrics)
+    }
+
+    /// Guards of one lead run, checking loops with the process's lead detector
+    /// (`None` when loop detection is off); warnings and the budget are the run's own.
+    pub fn for_lead(
+        detector: Option<Arc<Mutex<LoopDetector>>>,
+        budget: &TokenBudgetConfig,
+        metrics: Arc<dyn RuntimeMetrics>,
+    ) -> Self {
+        Guards::with_detector(detector.map(Detector::Shared), budget, None, metrics)
+    }
+
+    fn with_detector(
+        detector: Option<Detector>,
         budget: &TokenBudgetConfig,
         agent_id: Option<&str>,
         metrics: Arc<dyn RuntimeMetrics>,
     ) -> Self {
         Guards {
-            detector: loops.enabled.then(|| LoopDetector::new(loops.clone())),
+            detector,
             budget: budget.enabled.then(|| TokenBudget::new(budget.clone())),
             loop_warnings: WarningQueue::loop_warnings(),
             budget_warnings: WarningQueue::new(BUDGET_WARNING_NAME),

@@ -8,8 +8,8 @@ use futures::future::join_all;
 use serde_json::{Map, Value, json};
 use subflow_contracts::RunStopReason;
 use subflow_contracts::messages::{AiMessage, Message, ToolMessage, ToolStatus};
-use subflow_contracts::task_result::{TASK_TOOL_NAME, TokenUsage};
-use subflow_models::{ChatRequest, ToolSpec, assemble};
+use subflow_contracts::task_result::TokenUsage;
+use subflow_models::{ChatRequest, assemble};
 use subflow_store::NewCheckpoint;
 use uuid::Uuid;
 
@@ -17,7 +17,8 @@ use crate::guarded::{GuardStop, Guards};
 use crate::runtime::{RunContext, Runtime};
 use crate::spans::{ChatCall, new_span_id};
 use crate::subagent::{error_fallback, run_task};
-use crate::tools::builtin_specs;
+use crate::tool_table::{ToolKind, ToolTable};
+use crate::tools::ToolError;
 use crate::usage::UsageRecord;
 
 /// How the lead loop ended.
@@ -29,6 +30,8 @@ pub(crate) enum LeadEnd {
     ModelFailed(String),
     /// The run was cancelled.
     Cancelled,
+    /// The loop panicked; the history holds what it did until then.
+    Panicked,
 }
 
 /// The lead's working state.
@@ -41,31 +44,13 @@ pub(crate) struct Lead<'a> {
     pub checkpoint_id: Option<String>,
     pub tasks_started: usize,
     pub step: u64,
+    /// The lead's tools; every dispatch decision reads it.
+    pub tools: ToolTable,
 }
 
 const LIMIT_NOTE: &str = "\n\n[subagent delegation limit] Some task calls were not run because they exceed the subagent limits of this run.";
 
-fn task_spec() -> ToolSpec {
-    ToolSpec {
-        name: TASK_TOOL_NAME.to_owned(),
-        description: "Delegate a self-contained piece of work to a subagent; it returns the subagent's result.".to_owned(),
-        parameters: json!({"type": "object", "properties": {
-            "description": {"type": "string", "description": "A short description of the task"},
-            "prompt": {"type": "string", "description": "The full instructions for the subagent"},
-            "subagent_type": {"type": "string", "description": "The subagent to use, e.g. general-purpose"}
-        }, "required": ["description", "prompt", "subagent_type"]}),
-    }
-}
-
 impl Lead<'_> {
-    fn tools(&self) -> Vec<ToolSpec> {
-        let mut tools = builtin_specs();
-        if self.runtime.config().subagents_enabled {
-            tools.push(task_spec());
-        }
-        tools
-    }
-
     /// Runs model turns until the model stops calling tools, a cap is hit, the model
     /// fails or the run is cancelled.
     pub async fn run(&mut self) -> LeadEnd {
@@ -82,7 +67,7 @@ impl Lead<'_> {
             request_messages.extend(self.guards.injections());
             let request = ChatRequest {
                 messages: request_messages,
-                tools: self.tools(),
+                tools: self.tools.specs(),
                 agent: "lead_agent".to_owned(),
                 call_index: turn,
                 run_id: self.run.run_id.clone(),
@@ -193,7 +178,7 @@ impl Lead<'_> {
         let mut kept_here = 0;
         let mut stripped = false;
         ai.tool_calls.retain(|call| {
-            if call.name != TASK_TOOL_NAME {
+            if self.tools.kind(&call.name) != Some(ToolKind::Task) {
                 return true;
             }
             let keep = kept_here < config.max_concurrent
@@ -215,7 +200,7 @@ impl Lead<'_> {
         }
     }
 
-    /// Runs one response's tool calls: task calls concurrently, the others in order.
+    /// Runs one response's tool calls concurrently, each by the table's implementation.
     /// Results keep the call order; `None` marks a task ended by parent cancellation.
     async fn run_tools(
         &self,
@@ -226,22 +211,29 @@ impl Lead<'_> {
         let futures = calls.iter().map(|call| async move {
             // The span id is chosen up front: a subagent's trace links to it.
             let (span_id, started) = (new_span_id(), SystemTime::now());
-            let result = if call.name == TASK_TOOL_NAME && runtime.config().subagents_enabled {
-                let link = run.trace.as_ref().map(|t| t.link_to(span_id));
-                run_task(runtime, run, call, link).await
-            } else {
-                let (content, status) = match run.workspace.run(&call.name, &call.args).await {
-                    Ok(text) => (text, ToolStatus::Success),
-                    Err(error) => (format!("Error: {error}"), ToolStatus::Error),
-                };
-                Some(ToolMessage {
-                    content: Value::String(content),
-                    id: Some(Uuid::now_v7().to_string()),
-                    name: Some(call.name.clone()),
-                    tool_call_id: call.id.clone(),
-                    status,
-                    ..ToolMessage::default()
-                })
+            let result = match self.tools.kind(&call.name) {
+                Some(ToolKind::Task) => {
+                    let link = run.trace.as_ref().map(|t| t.link_to(span_id));
+                    run_task(runtime, run, call, link).await
+                }
+                kind => {
+                    let outcome = match kind {
+                        Some(_) => run.workspace.run(&call.name, &call.args).await,
+                        None => Err(ToolError(format!("Unknown tool '{}'", call.name))),
+                    };
+                    let (content, status) = match outcome {
+                        Ok(text) => (text, ToolStatus::Success),
+                        Err(error) => (format!("Error: {error}"), ToolStatus::Error),
+                    };
+                    Some(ToolMessage {
+                        content: Value::String(content),
+                        id: Some(Uuid::now_v7().to_string()),
+                        name: Some(call.name.clone()),
+                        tool_call_id: call.id.clone(),
+                        status,
+                        ..ToolMessage::default()
+                    })
+                }
             };
             if let Some(trace) = &run.trace {
                 trace.tool(span_id, started, call, result.as_ref());

@@ -17,5 +17,6 @@ pub mod run;
 pub mod runtime;
 pub mod spans;
 pub mod subagent;
+mod tool_table;
 pub mod tools;
 pub mod usage;

@@ -4,8 +4,9 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use subflow_contracts::messages::Message;
+use subflow_contracts::task_events::TaskEvent;
 use subflow_store::buffer::EventBuffer;
 use tokio::sync::mpsc;
 
@@ -87,65 +88,93 @@ impl TaskEmitter {
         }
     }
 
-    fn emit(&self, payload: Value, created: Instant) {
+    fn emit(&self, event: TaskEvent, created: Instant) {
         // Live first: persisting maps and serialises the event, which a watcher need not wait for.
         self.sink.send(RunOutput::Custom {
-            payload: payload.clone(),
+            payload: event.to_value(),
             created,
         });
-        if let Err(reason) = self.buffer.record_task_event(&payload) {
-            tracing::error!(task_id = %self.task_id, %reason, "task event could not be persisted");
+        let record = event.record();
+        let category = record.category();
+        if let Err(error) = self.buffer.record(
+            record.event_type.as_str(),
+            category.as_str(),
+            record.content,
+            record.metadata,
+        ) {
+            tracing::error!(task_id = %self.task_id, %error, "task event could not be persisted");
         }
     }
 
     /// `task_started`.
     pub fn started(&self, description: &str) {
-        let payload = json!({"type": "task_started", "task_id": self.task_id, "description": description, "model_name": self.model_name});
-        self.emit(payload, Instant::now());
+        let event = TaskEvent::Started {
+            task_id: self.task_id.clone(),
+            description: description.to_owned(),
+            model_name: self.model_name.clone(),
+        };
+        self.emit(event, Instant::now());
     }
 
     /// One `task_running` for a step message that exists since `created`.
-    pub fn step(&self, message: &Message, usage: Option<TokenUsage>, created: Instant) {
+    pub fn step(&self, message: Message, usage: Option<TokenUsage>, created: Instant) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if state.closed {
             return;
         }
         state.steps += 1;
         let index = state.steps;
-        let payload = json!({
-            "type": "task_running", "task_id": self.task_id, "message": message,
-            "message_index": index, "total_messages": index, "usage": usage, "model_name": self.model_name
-        });
-        self.emit(payload, created);
+        let event = TaskEvent::Running {
+            task_id: self.task_id.clone(),
+            message: Box::new(message),
+            message_index: index,
+            total_messages: index,
+            usage,
+            model_name: self.model_name.clone(),
+        };
+        self.emit(event, created);
     }
 
     /// The one terminal event; later calls (and later steps) are ignored.
-    pub fn terminal(&self, payload: TerminalEvent, usage: Option<TokenUsage>) {
+    pub fn terminal(&self, end: TerminalEvent, usage: Option<TokenUsage>) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if std::mem::replace(&mut state.closed, true) {
             return;
         }
-        let payload = match payload {
-            TerminalEvent::Completed(result) => {
-                json!({"type": "task_completed", "task_id": self.task_id, "result": result, "usage": usage, "model_name": self.model_name})
-            }
-            TerminalEvent::Failed(error) => {
-                json!({"type": "task_failed", "task_id": self.task_id, "error": error, "usage": usage, "model_name": self.model_name})
-            }
-            TerminalEvent::Cancelled(error) => {
-                json!({"type": "task_cancelled", "task_id": self.task_id, "error": error, "usage": usage, "model_name": self.model_name})
-            }
-            TerminalEvent::TimedOut(error) => {
-                json!({"type": "task_timed_out", "task_id": self.task_id, "error": error, "usage": usage, "model_name": self.model_name})
-            }
-            TerminalEvent::SafetyNetTimedOut => {
-                json!({"type": "task_timed_out", "task_id": self.task_id, "usage": usage, "model_name": self.model_name})
-            }
-            TerminalEvent::Disappeared => {
-                json!({"type": "task_failed", "task_id": self.task_id, "error": "Task disappeared from background tasks"})
-            }
+        let (task_id, model_name) = (self.task_id.clone(), self.model_name.clone());
+        let event = match end {
+            TerminalEvent::Completed(result) => TaskEvent::Completed {
+                task_id,
+                result,
+                usage,
+                model_name,
+            },
+            TerminalEvent::Failed(error) => TaskEvent::Failed {
+                task_id,
+                error,
+                usage,
+                model_name,
+            },
+            TerminalEvent::Cancelled(error) => TaskEvent::Cancelled {
+                task_id,
+                error,
+                usage,
+                model_name,
+            },
+            TerminalEvent::TimedOut(error) => TaskEvent::TimedOut {
+                task_id,
+                error,
+                usage,
+                model_name,
+            },
+            TerminalEvent::SafetyNetTimedOut => TaskEvent::SafetyNetTimedOut {
+                task_id,
+                usage,
+                model_name,
+            },
+            TerminalEvent::Disappeared => TaskEvent::disappeared(task_id),
         };
-        self.emit(payload, Instant::now());
+        self.emit(event, Instant::now());
     }
 }
 

@@ -2,9 +2,11 @@
 //! loop under the run timeout, usage snapshots, and the final flushes that precede the
 //! terminal status (SPEC §2.3, §5.4, §7.2).
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt;
 use subflow_contracts::messages::Message;
 use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
 use subflow_store::buffer::{BufferPolicy, EventScope};
@@ -19,6 +21,7 @@ use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::OutputSink;
 use crate::runtime::{RunContext, Runtime};
 use crate::spans::{AgentTrace, TraceIdentity, TraceRequest, trace_tags};
+use crate::tool_table::ToolTable;
 use crate::tools::Workspace;
 
 /// A run to execute; its record already exists (status `pending`).
@@ -61,7 +64,21 @@ pub struct RunResult {
     pub usage: RunUsage,
 }
 
-fn short_trace(candidate: Option<&str>) -> String {
+/// The error of a run whose lead loop panicked; the panic itself is only logged.
+pub const RUN_PANICKED: &str = "The run ended unexpectedly";
+
+/// The message of a panic payload, when it has one.
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("a panic without a message")
+}
+
+/// The 8-hex delegation id of log lines (SPEC §8.3): `candidate` when it has that form,
+/// else a fresh one.
+pub(crate) fn short_trace(candidate: Option<&str>) -> String {
     candidate
         .filter(|id| {
             id.len() == 8
@@ -182,10 +199,9 @@ impl Runtime {
         let mut lead = Lead {
             runtime: self,
             run: &run,
-            guards: Guards::new(
-                &config.loop_detection,
+            guards: Guards::for_lead(
+                self.lead_loops.clone(),
                 &config.token_budget,
-                None,
                 self.metrics.clone(),
             ),
             messages: history,
@@ -193,6 +209,7 @@ impl Runtime {
             checkpoint_id: None,
             tasks_started: 0,
             step: 0,
+            tools: ToolTable::for_lead(config),
         };
         let mut first_human = true;
         for mut message in spec.input {
@@ -209,7 +226,9 @@ impl Runtime {
 
         let mut timed_out = false;
         let end = {
-            let lead_run = lead.run();
+            // A panic anywhere in the loop (a provider, a tool, a task's supervisor) ends
+            // the run `error` through the same final flushes as any other ending.
+            let lead_run = AssertUnwindSafe(lead.run()).catch_unwind();
             tokio::pin!(lead_run);
             tokio::select! {
                 end = &mut lead_run => end,
@@ -220,28 +239,37 @@ impl Runtime {
                 }
             }
         };
-        let (status, error) = match end {
+        let end = end.unwrap_or_else(|panic| {
+            tracing::error!(
+                run_id = %run.run_id,
+                "the lead loop panicked: {}",
+                panic_text(panic.as_ref())
+            );
+            // Its tasks' executions outlive the dropped loop unless told to stop.
+            run.cancel.cancel();
+            LeadEnd::Panicked
+        });
+        let (status, error, error_type) = match end {
             _ if timed_out => (
                 RunStatus::Timeout,
                 Some(format!(
                     "Run timed out after {} seconds",
                     spec.timeout.as_secs()
                 )),
+                "TimeoutError",
             ),
-            LeadEnd::Cancelled => (RunStatus::Interrupted, None),
-            LeadEnd::ModelFailed(detail) => (RunStatus::Error, Some(detail)),
-            LeadEnd::Finished => (RunStatus::Success, None),
+            LeadEnd::Cancelled => (RunStatus::Interrupted, None, ""),
+            LeadEnd::ModelFailed(detail) => (RunStatus::Error, Some(detail), "ModelError"),
+            LeadEnd::Panicked => (
+                RunStatus::Error,
+                Some(RUN_PANICKED.to_owned()),
+                "InternalError",
+            ),
+            LeadEnd::Finished => (RunStatus::Success, None, ""),
         };
         match (&status, &error) {
             (RunStatus::Success, _) => run.journal.run_end(&lead.messages),
-            (_, Some(text)) => run.journal.run_error(
-                text,
-                if timed_out {
-                    "TimeoutError"
-                } else {
-                    "ModelError"
-                },
-            ),
+            (_, Some(text)) => run.journal.run_error(text, error_type),
             _ => {}
         }
         snapshots.abort();

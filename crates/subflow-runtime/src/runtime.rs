@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use subflow_models::ChatModel;
@@ -11,7 +11,7 @@ use subflow_store::buffer::{BufferPolicy, EventBuffer, EventScope, RetryQueue, S
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::Admission;
-use crate::guards::{LoopDetectionConfig, TokenBudgetConfig};
+use crate::guards::{LoopDetectionConfig, LoopDetector, TokenBudgetConfig};
 use crate::journal::Journal;
 use crate::metrics::{NoMetrics, RuntimeMetrics};
 use crate::observers::{ObserverCounters, ObserverSet};
@@ -129,6 +129,10 @@ pub struct Runtime {
     pub(crate) spans: Option<Arc<dyn SpanSink>>,
     pub(crate) environment: Option<String>,
     pub(crate) metrics: Arc<dyn RuntimeMetrics>,
+    /// The lead's loop detector, shared by every lead run of this process: its state is
+    /// kept per thread across runs, the least recently used thread evicted past
+    /// `loop_detection.max_tracked_threads` (SPEC §10.1, §10.2). `None` when disabled.
+    pub(crate) lead_loops: Option<Arc<Mutex<LoopDetector>>>,
 }
 
 impl Runtime {
@@ -141,7 +145,12 @@ impl Runtime {
         retry: RetryQueue,
         counters: Arc<StoreCounters>,
     ) -> Self {
+        let lead_loops = config
+            .loop_detection
+            .enabled
+            .then(|| Arc::new(Mutex::new(LoopDetector::new(config.loop_detection.clone()))));
         Runtime {
+            lead_loops,
             config: Arc::new(config),
             store,
             models,
@@ -199,6 +208,11 @@ impl Runtime {
     /// The configuration.
     pub fn config(&self) -> &RuntimeConfig {
         &self.config
+    }
+
+    /// The process-wide admission controller that `task` calls and batch items share.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
     }
 
     pub(crate) fn buffer(&self, scope: &EventScope, policy: BufferPolicy) -> EventBuffer {

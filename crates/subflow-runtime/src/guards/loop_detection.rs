@@ -253,7 +253,9 @@ struct ThreadState {
     warned_tools: HashSet<String>,
 }
 
-/// One detector per agent execution; state is kept per thread key.
+/// Loop state per thread key, the least recently used key evicted past
+/// `max_tracked_threads`. The runtime keeps one detector for every lead run of the process
+/// (keyed by thread) and a fresh one per subagent execution (keyed by execution).
 #[derive(Debug)]
 pub struct LoopDetector {
     config: LoopDetectionConfig,
@@ -864,8 +866,10 @@ mod tests {
         let Detection::Warn { message, .. } = detector.after_model("t", &bash("ls")) else {
             panic!("warn")
         };
-        assert_eq!(message, IDENTICAL_WARNING);
-        assert!(message.starts_with("[LOOP DETECTED] You are repeating the same tool calls."));
+        assert_eq!(
+            message,
+            "[LOOP DETECTED] You are repeating the same tool calls. Stop calling tools and produce your final answer now. If you cannot complete the task, summarize what you accomplished so far."
+        );
         let Detection::HardStop { stop_text, .. } = detector.after_model("t", &bash("ls")) else {
             panic!("stop")
         };

@@ -3,16 +3,19 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde_json::{Value, json};
 use subflow_contracts::RunEvent;
 use subflow_contracts::messages::Message;
+use subflow_contracts::{RunStatus, SubagentStatus};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::admission::{Admission, AdmissionConfig};
+use subflow_runtime::metrics::{RuntimeMetrics, TokenCount};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::{RunResult, RunSpec};
 use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
 use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
-use subflow_store::{EventQuery, NewRun, Store};
+use subflow_store::{EventQuery, MemoryStore, NewRun, Store};
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
@@ -155,4 +158,43 @@ pub fn custom_payloads(outputs: &[RunOutput]) -> Vec<serde_json::Value> {
             _ => None,
         })
         .collect()
+}
+
+/// A harness whose scripted model follows `rules` (SPEC §1.3 script format).
+pub fn scripted_harness(rules: Value, tweak: impl FnOnce(&mut RuntimeConfig)) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("script.json");
+    std::fs::write(&path, json!({"rules": rules}).to_string()).unwrap();
+    harness(
+        Arc::new(MemoryStore::new()),
+        dir,
+        vec![scripted(Some(path))],
+        tweak,
+    )
+}
+
+/// Records what the runtime counts.
+#[derive(Debug, Default)]
+pub struct Recorded {
+    pub loops: std::sync::Mutex<Vec<(String, String, bool)>>,
+    pub tasks: std::sync::Mutex<Vec<(String, SubagentStatus)>>,
+    pub runs: std::sync::Mutex<Vec<RunStatus>>,
+    pub tokens: std::sync::Mutex<Vec<(String, String, u64)>>,
+}
+
+impl RuntimeMetrics for Recorded {
+    fn tokens(&self, usage: &TokenCount<'_>) {
+        let entry = (usage.caller.to_owned(), usage.agent.to_owned(), usage.input);
+        self.tokens.lock().unwrap().push(entry);
+    }
+    fn subagent_task(&self, agent: &str, status: SubagentStatus, _duration: Duration) {
+        self.tasks.lock().unwrap().push((agent.to_owned(), status));
+    }
+    fn run_finished(&self, status: RunStatus, _duration: Duration) {
+        self.runs.lock().unwrap().push(status);
+    }
+    fn loop_detection(&self, layer: &str, action: &str, is_subagent: bool) {
+        let entry = (layer.to_owned(), action.to_owned(), is_subagent);
+        self.loops.lock().unwrap().push(entry);
+    }
 }

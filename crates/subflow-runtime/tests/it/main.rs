@@ -2,6 +2,8 @@
 //! live output stream and the persisted run events.
 
 mod demo;
+mod detached;
 mod harness;
+mod loops;
 mod observers;
 mod paths;

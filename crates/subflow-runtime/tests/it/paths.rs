@@ -9,25 +9,11 @@ use serde_json::{Value, json};
 use subflow_contracts::messages::{Message, ToolMessage};
 use subflow_contracts::{RunStatus, RunStopReason, SubagentStatus};
 use subflow_models::{ChatModel, ChatRequest, ChatStream, ModelInfo};
-use subflow_runtime::metrics::{RuntimeMetrics, TokenCount};
 use subflow_runtime::runtime::RuntimeConfig;
 use subflow_runtime::subagent::SubagentDefinition;
 use subflow_store::MemoryStore;
 
-use crate::harness::{Harness, custom_payloads, harness, scripted};
-
-/// A harness whose scripted model follows `rules` (SPEC §1.3 script format).
-fn scripted_harness(rules: Value, tweak: impl FnOnce(&mut RuntimeConfig)) -> Harness {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("script.json");
-    std::fs::write(&path, json!({"rules": rules}).to_string()).unwrap();
-    harness(
-        Arc::new(MemoryStore::new()),
-        dir,
-        vec![scripted(Some(path))],
-        tweak,
-    )
-}
+use crate::harness::{Harness, Recorded, custom_payloads, harness, scripted, scripted_harness};
 
 fn task_results(messages: &[Message]) -> Vec<&ToolMessage> {
     messages
@@ -257,32 +243,6 @@ async fn a_subagent_loop_warns_then_hard_stops_and_audits_through_the_parent_jou
     }
 }
 
-/// Records what the runtime counts.
-#[derive(Debug, Default)]
-struct Recorded {
-    loops: std::sync::Mutex<Vec<(String, String, bool)>>,
-    tasks: std::sync::Mutex<Vec<(String, SubagentStatus)>>,
-    runs: std::sync::Mutex<Vec<RunStatus>>,
-    tokens: std::sync::Mutex<Vec<(String, String, u64)>>,
-}
-
-impl RuntimeMetrics for Recorded {
-    fn tokens(&self, usage: &TokenCount<'_>) {
-        let entry = (usage.caller.to_owned(), usage.agent.to_owned(), usage.input);
-        self.tokens.lock().unwrap().push(entry);
-    }
-    fn subagent_task(&self, agent: &str, status: SubagentStatus, _duration: Duration) {
-        self.tasks.lock().unwrap().push((agent.to_owned(), status));
-    }
-    fn run_finished(&self, status: RunStatus, _duration: Duration) {
-        self.runs.lock().unwrap().push(status);
-    }
-    fn loop_detection(&self, layer: &str, action: &str, is_subagent: bool) {
-        let entry = (layer.to_owned(), action.to_owned(), is_subagent);
-        self.loops.lock().unwrap().push(entry);
-    }
-}
-
 #[tokio::test(start_paused = true)]
 async fn loop_detections_tasks_runs_and_tokens_are_counted_where_they_happen() {
     let repeat = json!([{"tool_calls": [{"name": "read_file", "args": {"path": "notes.md"}}]}]);
@@ -467,6 +427,50 @@ async fn an_execution_that_vanishes_fails_as_disappeared_without_usage_or_model(
         last,
         json!({"type": "task_failed", "task_id": tool.tool_call_id, "error": "Task disappeared from background tasks"})
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panicking_lead_ends_the_run_error_with_its_error_event_flushed_and_observers_told() {
+    let dir = tempfile::tempdir().unwrap();
+    let models: Vec<Arc<dyn ChatModel>> = vec![Arc::new(Panicking(info("panicky")))];
+    let mut h = harness(Arc::new(MemoryStore::new()), dir, models, |_| {});
+    let recorder = Arc::new(Recorder::default());
+    h.runtime = h.runtime.clone().with_observers(
+        subflow_runtime::observers::ObserverSet::new().with_observer(recorder.clone()),
+    );
+    h.store
+        .create_thread(subflow_store::NewThread {
+            thread_id: "t1".into(),
+            owner: "u1".into(),
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    let (result, _) = h.run("t1", "r1", "Hello").await;
+    assert_eq!(result.status, RunStatus::Error);
+    assert_eq!(result.error.as_deref(), Some("The run ended unexpectedly"));
+
+    let run = h.store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(run.status, RunStatus::Error);
+    assert_eq!(run.error.as_deref(), Some("The run ended unexpectedly"));
+    let thread = h.store.get_thread("t1").await.unwrap().unwrap();
+    assert_eq!(thread.status, subflow_contracts::ThreadStatus::Error);
+    // The run's record ends like any failed run's: run.error, flushed before the status.
+    let events = h.events("t1", "r1").await;
+    let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types, ["run.start", "llm.human.input", "run.error"]);
+    let error = events.last().unwrap();
+    assert_eq!(error.category, "error");
+    assert_eq!(error.content, json!("The run ended unexpectedly"));
+    assert_eq!(error.metadata["error_type"], "InternalError");
+    let stops: Vec<String> = recorder
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(hook, _)| hook.clone())
+        .collect();
+    assert_eq!(stops, ["start", "stop:failed"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,0 +1,268 @@
+//! One claimed attempt of an item, from its claim to its outcome write (SPEC §12.5,
+//! §12.6, §12.9): admission through the controller `task` shares, `leased` → `running`,
+//! the subagent rebuilt from the batch's `execution_spec` and run after the
+//! at-least-once preamble, the lease renewed all along, and the outcome written once
+//! the execution ends (retried once), with nothing written when the worker stopped it.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use subflow_contracts::{BatchItemStatus, SubagentStatus};
+use subflow_runtime::subagent::{ExecutionReport, ExecutionSpec};
+use subflow_store::{
+    ClaimedItem, ItemFailure, ItemLease, ItemSuccess, ReleaseReason, Renewal, Result as StoreResult,
+};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::Shared;
+use crate::item::{StoredResult, capped_error, item_prompt, item_usage};
+use crate::metrics::AttemptEnd;
+
+/// Why the worker stopped a local execution; the first cause wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StopCause {
+    /// The worker is shutting down.
+    Shutdown,
+    /// The item was claimed again while this execution still ran.
+    Drained,
+    /// A renewal found the lease held by someone else.
+    LeaseLost,
+    /// A renewal found a cancel request (the batch was cancelled).
+    CancelRequested,
+}
+
+/// How a local execution can be stopped from outside.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Stopper {
+    cancel: CancellationToken,
+    cause: Arc<OnceLock<StopCause>>,
+}
+
+impl Stopper {
+    /// Stops the execution at its next await point; the first cause is kept.
+    pub fn stop(&self, cause: StopCause) {
+        let _ = self.cause.set(cause);
+        self.cancel.cancel();
+    }
+
+    fn cause(&self) -> Option<StopCause> {
+        self.cause.get().copied()
+    }
+}
+
+/// Where the work of an attempt got to.
+enum Outcome {
+    /// The batch's `execution_spec` cannot be used.
+    Unusable(String),
+    /// Stopped while waiting for admission.
+    NotAdmitted,
+    /// The admission controller refused it or timed out.
+    Rejected(String),
+    /// `leased` → `running` was refused (lease gone or cancel requested) or failed.
+    NotStarted,
+    /// The execution ran to its end.
+    Ran(ExecutionReport),
+}
+
+/// One claimed attempt.
+pub(crate) struct Attempt {
+    pub shared: Arc<Shared>,
+    pub claimed: ClaimedItem,
+    pub stopper: Stopper,
+    pub claimed_at: Instant,
+}
+
+impl Attempt {
+    /// Runs the attempt to its end and counts how it ended.
+    pub async fn run(self) {
+        let lease = self.claimed.lease();
+        let work = self.work(&lease);
+        tokio::pin!(work);
+        let outcome = tokio::select! {
+            outcome = &mut work => outcome,
+            // Renewals end only by stopping the execution, which then ends promptly.
+            () = self.renew(&lease) => work.await,
+        };
+        let end = self.settle(&lease, outcome).await;
+        let item = &self.claimed.item;
+        tracing::info!(
+            batch_id = %item.batch_id,
+            item_key = %item.item_key,
+            attempt = item.attempt,
+            "batch item attempt ended: {end:?}"
+        );
+        self.shared.metrics.attempt_finished(
+            &self.claimed.batch.subagent_type,
+            end,
+            self.claimed_at.elapsed(),
+        );
+    }
+
+    async fn work(&self, lease: &ItemLease) -> Outcome {
+        let spec = match ExecutionSpec::from_value(&self.claimed.batch.execution_spec) {
+            Ok(spec) => spec,
+            Err(error) => return Outcome::Unusable(error.to_string()),
+        };
+        let admission = self.shared.runtime.admission();
+        let admitted = tokio::select! {
+            biased;
+            () = self.stopper.cancel.cancelled() => return Outcome::NotAdmitted,
+            admitted = admission.admit() => admitted,
+        };
+        let _slot = match admitted {
+            Ok(permit) => permit,
+            Err(error) => return Outcome::Rejected(error.to_string()),
+        };
+        match self.shared.store.mark_running(lease).await {
+            Ok(true) => {}
+            Ok(false) => return Outcome::NotStarted,
+            Err(error) => {
+                tracing::warn!(%error, item_id = %lease.item_id, "marking a batch item running failed");
+                return Outcome::NotStarted;
+            }
+        }
+        let (batch, item) = (&self.claimed.batch, &self.claimed.item);
+        let execution = spec.execution(
+            item_prompt(&item.item_key, &item.prompt),
+            format!("{}:{}", item.id, item.attempt),
+            format!("batch item {}", item.item_key),
+            vec![
+                ("batch_id".to_owned(), batch.id.clone()),
+                ("item_key".to_owned(), item.item_key.clone()),
+            ],
+        );
+        let report = self
+            .shared
+            .runtime
+            .execute_detached(execution, self.stopper.cancel.clone())
+            .await;
+        Outcome::Ran(report)
+    }
+
+    /// Renews the lease every `renew_every` until a renewal says to stop, then stops
+    /// the execution. A failed renewal is retried at the next tick.
+    async fn renew(&self, lease: &ItemLease) {
+        let every = self.shared.renew_every;
+        let mut ticks = tokio::time::interval_at(Instant::now() + every, every);
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            ticks.tick().await;
+            match self
+                .shared
+                .store
+                .renew_lease(lease, self.shared.lease)
+                .await
+            {
+                Ok(Renewal::Held { .. }) => {}
+                Ok(Renewal::CancelRequested) => {
+                    return self.stopper.stop(StopCause::CancelRequested);
+                }
+                Ok(Renewal::Lost) => return self.stopper.stop(StopCause::LeaseLost),
+                Err(error) => {
+                    tracing::warn!(%error, item_id = %lease.item_id, "renewing a batch item lease failed")
+                }
+            }
+        }
+    }
+
+    /// Writes what the attempt came to, unless the worker stopped it.
+    async fn settle(&self, lease: &ItemLease, outcome: Outcome) -> AttemptEnd {
+        if let Some(cause) = self.stopper.cause() {
+            // Finalise nothing: the lease went elsewhere, the batch was cancelled (the
+            // item already is), or the worker stops and lease expiry hands the item on.
+            // A claim not yet admitted at shutdown is handed back at once.
+            return match (cause, outcome) {
+                (StopCause::Shutdown, Outcome::NotAdmitted) => {
+                    self.release(lease, ReleaseReason::ShutdownBeforeAdmission)
+                        .await
+                }
+                _ => AttemptEnd::Stopped,
+            };
+        }
+        match outcome {
+            Outcome::Unusable(error) => self.fail(lease, error, None).await,
+            Outcome::NotAdmitted | Outcome::NotStarted => AttemptEnd::Stopped,
+            Outcome::Rejected(reason) => {
+                self.release(lease, ReleaseReason::AdmissionRejected(reason))
+                    .await
+            }
+            Outcome::Ran(report) if report.status == SubagentStatus::Completed => {
+                let stored = StoredResult::cap(
+                    report.result.as_deref().unwrap_or_default(),
+                    self.shared.max_result_chars,
+                    self.shared.result_preview_max_chars,
+                );
+                let success = ItemSuccess {
+                    result: stored.result,
+                    result_preview: stored.preview,
+                    result_truncated: stored.truncated,
+                    model_name: Some(report.model_name),
+                    stop_reason: report.stop_reason,
+                    token_usage: item_usage(report.usage),
+                };
+                finished(twice(|| self.shared.store.finish_success(lease, &success)).await)
+            }
+            Outcome::Ran(report) => {
+                let error = report
+                    .error
+                    .clone()
+                    .unwrap_or_else(|| format!("Task {}", report.status));
+                self.fail(lease, error, Some(report)).await
+            }
+        }
+    }
+
+    async fn fail(
+        &self,
+        lease: &ItemLease,
+        error: String,
+        report: Option<ExecutionReport>,
+    ) -> AttemptEnd {
+        let failure = ItemFailure {
+            error: capped_error(&error),
+            model_name: report.as_ref().map(|r| r.model_name.clone()),
+            stop_reason: report.as_ref().and_then(|r| r.stop_reason),
+            token_usage: report.and_then(|r| item_usage(r.usage)),
+        };
+        finished(twice(|| self.shared.store.finish_failure(lease, &failure)).await)
+    }
+
+    async fn release(&self, lease: &ItemLease, reason: ReleaseReason) -> AttemptEnd {
+        match twice(|| self.shared.store.release_claim(lease, &reason)).await {
+            Ok(Some(_)) => AttemptEnd::Released,
+            Ok(None) => AttemptEnd::Fenced,
+            Err(_) => AttemptEnd::WriteFailed,
+        }
+    }
+}
+
+/// How an outcome write ended.
+fn finished(written: StoreResult<Option<BatchItemStatus>>) -> AttemptEnd {
+    match written {
+        Ok(Some(status)) => AttemptEnd::Finished(status),
+        Ok(None) => AttemptEnd::Fenced,
+        Err(_) => AttemptEnd::WriteFailed,
+    }
+}
+
+/// Runs a terminal write, and once more if it fails (SPEC §12.9).
+async fn twice<T, F, W>(write: W) -> StoreResult<T>
+where
+    W: Fn() -> F,
+    F: Future<Output = StoreResult<T>>,
+{
+    match write().await {
+        Ok(done) => Ok(done),
+        Err(error) => {
+            tracing::warn!(%error, "a batch item write failed; retrying it once");
+            tokio::time::sleep(WRITE_RETRY_DELAY).await;
+            write().await.inspect_err(|error| {
+                tracing::error!(%error, "a batch item write failed twice; lease expiry will hand the item on");
+            })
+        }
+    }
+}
+
+/// The pause before a failed terminal write is tried again.
+const WRITE_RETRY_DELAY: Duration = Duration::from_millis(200);

@@ -1,0 +1,132 @@
+//! The tools an agent is offered, by name: one table maps every tool name to its spec
+//! and to the implementation that runs it, so what a model is offered, how its calls are
+//! dispatched and which calls count as delegations cannot disagree.
+//!
+//! The lead gets every workspace tool plus `task` when `subagents.enabled`; the batch
+//! tools join it only when subagents and `subagent_batches.enabled` are both on (SPEC
+//! §12.8). A subagent gets the workspace tools its definition allows and never `task`
+//! or a batch tool (SPEC §1.4).
+
+use serde_json::json;
+use subflow_contracts::task_result::TASK_TOOL_NAME;
+use subflow_models::ToolSpec;
+
+use crate::runtime::RuntimeConfig;
+use crate::subagent::SubagentDefinition;
+use crate::tools::{BUILTIN_TOOLS, builtin_specs};
+
+/// Which implementation runs a tool's calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ToolKind {
+    /// A built-in workspace tool ([`crate::tools::Workspace::run`]).
+    Workspace,
+    /// The `task` tool: a subagent execution; its calls are delegations (SPEC §3.1).
+    Task,
+}
+
+/// The tools of one agent, in the order they are offered.
+#[derive(Debug, Clone)]
+pub(crate) struct ToolTable {
+    entries: Vec<(ToolSpec, ToolKind)>,
+}
+
+impl ToolTable {
+    /// The lead's tools under `config`.
+    pub fn for_lead(config: &RuntimeConfig) -> Self {
+        let mut entries: Vec<_> = builtin_specs()
+            .into_iter()
+            .map(|spec| (spec, ToolKind::Workspace))
+            .collect();
+        if config.subagents_enabled {
+            entries.push((task_spec(), ToolKind::Task));
+        }
+        ToolTable { entries }
+    }
+
+    /// A subagent's tools: the workspace tools `definition` allows.
+    pub fn for_subagent(definition: &SubagentDefinition) -> Self {
+        let entries = builtin_specs()
+            .into_iter()
+            .filter(|spec| definition.allows(&spec.name))
+            .map(|spec| (spec, ToolKind::Workspace))
+            .collect();
+        ToolTable { entries }
+    }
+
+    /// The specs offered to the model.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        self.entries.iter().map(|(spec, _)| spec.clone()).collect()
+    }
+
+    /// What runs calls of `name`; `None` for a tool this agent does not have.
+    pub fn kind(&self, name: &str) -> Option<ToolKind> {
+        self.entries
+            .iter()
+            .find(|(spec, _)| spec.name == name)
+            .map(|(_, kind)| *kind)
+    }
+}
+
+impl SubagentDefinition {
+    /// Whether this subagent may use the built-in tool `tool`: every one when the
+    /// definition lists none, else the listed ones.
+    pub(crate) fn allows(&self, tool: &str) -> bool {
+        BUILTIN_TOOLS.contains(&tool)
+            && self
+                .tools
+                .as_ref()
+                .is_none_or(|t| t.iter().any(|n| n == tool))
+    }
+}
+
+fn task_spec() -> ToolSpec {
+    ToolSpec {
+        name: TASK_TOOL_NAME.to_owned(),
+        description: "Delegate a self-contained piece of work to a subagent; it returns the subagent's result.".to_owned(),
+        parameters: json!({"type": "object", "properties": {
+            "description": {"type": "string", "description": "A short description of the task"},
+            "prompt": {"type": "string", "description": "The full instructions for the subagent"},
+            "subagent_type": {"type": "string", "description": "The subagent to use, e.g. general-purpose"}
+        }, "required": ["description", "prompt", "subagent_type"]}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(table: &ToolTable) -> Vec<String> {
+        table.specs().into_iter().map(|spec| spec.name).collect()
+    }
+
+    #[test]
+    fn the_lead_gets_the_workspace_tools_and_task_only_with_subagents_enabled() {
+        let mut config = RuntimeConfig::with_defaults("/tmp/unused".into());
+        let lead = ToolTable::for_lead(&config);
+        assert_eq!(
+            names(&lead),
+            ["ls", "read_file", "write_file", "str_replace", "task"]
+        );
+        assert_eq!(lead.kind("task"), Some(ToolKind::Task));
+        assert_eq!(lead.kind("read_file"), Some(ToolKind::Workspace));
+        assert_eq!(lead.kind("rm"), None);
+        config.subagents_enabled = false;
+        let alone = ToolTable::for_lead(&config);
+        assert_eq!(alone.kind("task"), None);
+        assert!(!names(&alone).contains(&"task".to_owned()));
+    }
+
+    #[test]
+    fn a_subagent_gets_its_allowed_workspace_tools_and_never_task() {
+        let mut definition = SubagentDefinition::general_purpose(60);
+        assert_eq!(
+            names(&ToolTable::for_subagent(&definition)),
+            ["ls", "read_file", "write_file", "str_replace"]
+        );
+        definition.tools = Some(vec!["read_file".into(), "task".into()]);
+        let narrow = ToolTable::for_subagent(&definition);
+        assert_eq!(names(&narrow), ["read_file"]);
+        assert_eq!(narrow.kind("task"), None);
+        assert_eq!(narrow.kind("write_file"), None);
+    }
+}
