@@ -717,6 +717,7 @@ impl BatchStore for PostgresStore {
     }
 
     async fn claim_pass(&self, request: &ClaimRequest) -> Result<ClaimPass> {
+        request.validate()?;
         let mut tx = self.begin().await?;
         let pass = claim_pass(&mut tx, request).await?;
         tx.commit().await.map_err(db)?;

@@ -625,6 +625,7 @@ impl BatchStore for SqliteStore {
     }
 
     async fn claim_pass(&self, request: &ClaimRequest) -> Result<ClaimPass> {
+        request.validate()?;
         let request = request.clone();
         let clock = self.inner.clock.clone();
         self.write(move |conn| {

@@ -618,6 +618,19 @@ pub struct ClaimRequest {
 }
 
 impl ClaimRequest {
+    /// Checks the worker id: 32 hex digits, so that every `lease_owner` fits 128
+    /// characters.
+    pub fn validate(&self) -> Result<()> {
+        if self.worker_id.len() == 32 && self.worker_id.chars().all(|c| c.is_ascii_hexdigit()) {
+            Ok(())
+        } else {
+            Err(Error::InvalidQuery(format!(
+                "worker_id must be 32 hex digits, got '{}'",
+                self.worker_id
+            )))
+        }
+    }
+
     /// `{hostname}:{worker id}:{token}` with a fresh 16-hex token, hostname cut to fit
     /// [`LEASE_OWNER_MAX_CHARS`].
     pub fn mint_lease_owner(&self) -> String {

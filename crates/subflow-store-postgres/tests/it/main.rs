@@ -43,3 +43,32 @@ proptest::proptest! {
         });
     }
 }
+
+#[tokio::test]
+async fn deleting_a_thread_leaves_no_batch_or_item_rows_behind() {
+    use subflow_store::conformance::batches::new_batch;
+    use subflow_store::{BatchStore, NewThread, RecordStore};
+    let db = harness::TestDb::new().await;
+    let store = &db.store;
+    store
+        .create_thread(NewThread {
+            thread_id: "t1".into(),
+            owner: "u1".into(),
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    store
+        .submit_batch(new_batch("a", 7, 2, 1, 1))
+        .await
+        .unwrap();
+    let items = || async {
+        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM subagent_batch_items")
+            .fetch_one(store.pool())
+            .await
+            .unwrap()
+    };
+    assert_eq!(items().await, 7);
+    assert!(store.delete_thread("t1").await.unwrap());
+    assert_eq!(items().await, 0, "items go with their batch");
+}

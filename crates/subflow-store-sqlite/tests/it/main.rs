@@ -15,7 +15,7 @@ async fn sqlite_fixture() -> Fixture {
 subflow_store::conformance_tests!(sqlite_fixture());
 
 proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
 
     /// Random batch histories on a real SQLite file, whose clock the history moves.
     #[test]
@@ -84,4 +84,39 @@ async fn the_database_file_is_in_wal_mode() {
         .pragma_query_value(None, "journal_mode", |row| row.get(0))
         .unwrap();
     assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn deleting_a_thread_leaves_no_batch_or_item_rows_behind() {
+    use subflow_store::conformance::batches::new_batch;
+    use subflow_store::{BatchStore, NewThread, RecordStore};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("subflow.db");
+    let store = SqliteStore::open(&format!("sqlite://{}", path.display()), 2)
+        .await
+        .unwrap();
+    store
+        .create_thread(NewThread {
+            thread_id: "t1".into(),
+            owner: "u1".into(),
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    store
+        .submit_batch(new_batch("a", 7, 2, 1, 1))
+        .await
+        .unwrap();
+    let rows = |table: &str| -> i64 {
+        let conn = rusqlite::Connection::open(&path).unwrap();
+        conn.query_row(&format!("SELECT COUNT(*) FROM {table}"), [], |row| {
+            row.get(0)
+        })
+        .unwrap()
+    };
+    assert_eq!(rows("subagent_batch_items"), 7);
+    assert!(store.delete_thread("t1").await.unwrap());
+    assert_eq!(rows("subagent_batches"), 0);
+    assert_eq!(rows("subagent_batch_items"), 0, "items go with their batch");
+    store.close().await;
 }

@@ -596,6 +596,13 @@ pub async fn batches_a_claim_promotes_up_to_live_and_leases_up_to_running(store:
         second.lease_owner, first.lease_owner,
         "each pass mints a token"
     );
+    for worker in ["", "worker-1", "0123456789ABCDEF0123456789abcdeg"] {
+        let error = store.claim_pass(&claim(worker, 1, LIVE)).await.unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            format!("invalid query: worker_id must be 32 hex digits, got '{worker}'")
+        );
+    }
     let mut long_host = claim(WORKER, 0, LIVE);
     long_host.hostname = "h".repeat(300);
     assert_eq!(
@@ -674,6 +681,17 @@ pub async fn batches_paused_batches_give_no_claims_until_resumed(store: Arc<dyn 
     assert!(
         store.mark_running(&lease).await.unwrap(),
         "a claimed item still runs"
+    );
+    let resumed = store.resume_batch(&owner(), &id).await.unwrap().unwrap();
+    assert_eq!(resumed.status, BatchStatus::Queued);
+    store
+        .finish_success(&lease, &success("done"))
+        .await
+        .unwrap();
+    assert_eq!(
+        batch(&*store, &id).await.status,
+        BatchStatus::Running,
+        "a finalise with work remaining moves a queued batch to running"
     );
 }
 
@@ -776,14 +794,26 @@ pub async fn batches_failures_requeue_until_max_attempts_then_fail_the_batch(
     assert_eq!(failed.attempt, 2);
     assert_eq!(failed.error.as_deref(), Some("boom 2"));
     assert_eq!(failed.stop_reason, Some(SubagentStopReason::TurnCapped));
-    let batch = batch(&*store, &id).await;
-    assert_eq!(batch.status, BatchStatus::Failed);
-    assert!(batch.completed_at.is_some());
+    let failed_batch = batch(&*store, &id).await;
+    assert_eq!(failed_batch.status, BatchStatus::Failed);
+    assert!(failed_batch.completed_at.is_some());
     assert!(
         pass(&*store, &claim(WORKER, 1, LIVE))
             .await
             .claimed
             .is_empty()
+    );
+    let RetryOutcome::Retried { batch: revived, .. } = store
+        .retry_item(&owner(), &id, &lease.item_id)
+        .await
+        .unwrap()
+    else {
+        panic!("a failed item retries");
+    };
+    assert_eq!(
+        (revived.status, revived.completed_at),
+        (BatchStatus::Queued, None),
+        "a retry moves a failed batch back to queued"
     );
 }
 

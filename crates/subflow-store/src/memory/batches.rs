@@ -271,6 +271,7 @@ impl BatchStore for MemoryStore {
     }
 
     async fn claim_pass(&self, request: &ClaimRequest) -> Result<ClaimPass> {
+        request.validate()?;
         let now = self.batch_now();
         let expires_at = now.millis.saturating_add(millis(request.lease));
         let mut pass = ClaimPass {
