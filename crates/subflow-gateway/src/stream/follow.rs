@@ -131,32 +131,41 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
 const CURSOR_CATCH_UP: Duration = Duration::from_secs(2);
 
 /// Refuses a cursor past the end of a run's stream (422): one no frame of the run ever
-/// had. A run executing elsewhere gets [`CURSOR_CATCH_UP`] for its frames to be stored.
+/// had. A run executing here knows its last id at once; one executing elsewhere gets
+/// [`CURSOR_CATCH_UP`] for the frames its watcher saw there to be stored.
 pub(crate) async fn check_cursor(
     streams: &Streams,
     store: &dyn Store,
     run_id: &str,
     cursor: u64,
 ) -> Result<(), ApiError> {
+    let past_the_end = |last_id: u64| {
+        ApiError::Unprocessable(format!(
+            "Invalid Last-Event-ID header: event id {cursor} is past the end of the run's stream (its last event id is {last_id})"
+        ))
+    };
     let mut notices = streams.notices();
     let deadline = tokio::time::Instant::now() + CURSOR_CATCH_UP;
     loop {
-        let (last_id, ended) = match streams.hub(run_id) {
-            Some(hub) => (hub.last_id(), hub.is_finished()),
-            None => match store.stream_log(run_id).await? {
-                Some(log) => (u64::try_from(log.last_id).unwrap_or(0), log.ended),
-                // No log: a run that ended before logs existed; the follower decides.
-                None => return Ok(()),
-            },
+        if let Some(hub) = streams.hub(run_id) {
+            let last_id = hub.last_id();
+            return if cursor <= last_id {
+                Ok(())
+            } else {
+                Err(past_the_end(last_id))
+            };
+        }
+        let Some(log) = store.stream_log(run_id).await? else {
+            // A run that ended before logs existed: the follower decides.
+            return Ok(());
         };
+        let last_id = u64::try_from(log.last_id).unwrap_or(0);
         if cursor <= last_id {
             return Ok(());
         }
         let now = tokio::time::Instant::now();
-        if ended || now >= deadline {
-            return Err(ApiError::Unprocessable(format!(
-                "Invalid Last-Event-ID header: event id {cursor} is past the end of the run's stream (its last event id is {last_id})"
-            )));
+        if log.ended || now >= deadline {
+            return Err(past_the_end(last_id));
         }
         wait_for_notice(&mut notices, run_id, deadline - now).await;
     }
