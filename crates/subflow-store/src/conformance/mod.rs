@@ -239,10 +239,10 @@ pub fn assert_conforms(records: &[RunEvent]) {
         for record in records {
             let result = contract.check(record);
             if contract.name == name && ends_without_success(record) {
-                let problem =
-                    result.expect_err("the older reference knows only a success run.end");
+                let problem = result.expect_err("the older reference knows only a success run.end");
                 assert!(
-                    problem.starts_with("metadata:") && problem.contains("\"success\" was expected"),
+                    problem.starts_with("metadata:")
+                        && problem.contains("\"success\" was expected"),
                     "record seq {} (run.end) fails {name} on more than its status: {problem}",
                     record.seq
                 );
