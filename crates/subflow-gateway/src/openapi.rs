@@ -456,7 +456,7 @@ fn schemas() -> Value {
             "interrupts": {"type": "array"}}), &["values", "next", "checkpoint", "metadata", "tasks", "interrupts"]),
         "ThreadStateList": array_of("ThreadState"),
         "Message": object(json!({"type": {"enum": ["human", "ai", "tool", "system"]},
-            "content": {"type": ["string", "array"]}, "id": nullable_string, "name": nullable_string,
+            "content": {"type": ["string", "array"]}, "id": {"type": "string", "description": "Kept from the moment the message enters the state"}, "name": nullable_string,
             "additional_kwargs": free, "response_metadata": free, "tool_calls": {"type": "array"},
             "invalid_tool_calls": {"type": "array"}, "usage_metadata": {}, "tool_call_id": string,
             "status": {"enum": ["success", "error"]}, "artifact": {}}), &["type", "content"]),
