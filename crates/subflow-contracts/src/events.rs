@@ -3,7 +3,11 @@
 use serde::{Deserialize, Serialize};
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value};
+use time::OffsetDateTime;
+use time::macros::format_description;
 use uuid::Uuid;
+
+use crate::RunStatus;
 
 /// Longest `event_type`, in characters.
 pub const EVENT_TYPE_MAX_CHARS: usize = 32;
@@ -92,6 +96,7 @@ string_enum! {
         SafetyTermination = "safety_termination",
         SkillActivation = "skill_activation",
         SkillSecrets = "skill_secrets",
+        ToolPromotion = "tool_promotion",
     }
 }
 
@@ -102,9 +107,11 @@ impl MiddlewareTag {
     }
 }
 
-/// A record on its way into the store: everything but `seq` and `created_at`, which
-/// the store assigns when it writes the row. Content and metadata are serialised once,
-/// when the event is emitted, so a queued record is compact and a write only copies text.
+/// A record on its way into the store: everything but `seq`, which the store assigns
+/// when it writes the row. `created_at` is taken when the event is emitted (SPEC §5.1),
+/// so a record flushed later still says when it happened. Content and metadata are
+/// serialised once, when the event is emitted, so a queued record is compact and a
+/// write only copies text.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct NewEvent {
     /// Idempotency key (UUID v7), assigned when the event is emitted.
@@ -125,6 +132,24 @@ pub struct NewEvent {
     pub task_id: Option<String>,
     /// The run owner.
     pub user_id: Option<String>,
+    /// When the event happened: RFC 3339 UTC with microseconds. A spilled record from
+    /// before this field existed is stamped when it is read back.
+    #[serde(default = "now_rfc3339")]
+    pub created_at: String,
+}
+
+/// `at` in UTC as RFC 3339 with microseconds, the form every backend stores.
+pub fn rfc3339(at: OffsetDateTime) -> String {
+    let format =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
+    at.to_offset(time::UtcOffset::UTC)
+        .format(format)
+        .expect("a UTC timestamp always formats")
+}
+
+/// Now, as [`rfc3339`].
+pub fn now_rfc3339() -> String {
+    rfc3339(OffsetDateTime::now_utc())
 }
 
 impl NewEvent {
@@ -151,7 +176,33 @@ impl NewEvent {
             metadata: to_raw_value(&metadata).expect("a JSON object always serialises"),
             task_id,
             user_id: None,
+            created_at: now_rfc3339(),
         }
+    }
+
+    /// `run.end` (SPEC §5.2, the reference's 2.1 contract): written once per run, after
+    /// its terminal `status` is durable, with the root `output` (`{}` when the run has
+    /// none); `recovered` marks a run that orphan recovery ended.
+    pub fn run_end(
+        thread_id: impl Into<String>,
+        run_id: impl Into<String>,
+        status: RunStatus,
+        output: Value,
+        recovered: bool,
+    ) -> Self {
+        let mut metadata = Map::new();
+        metadata.insert("status".into(), Value::String(status.as_str().to_owned()));
+        if recovered {
+            metadata.insert("recovered".into(), Value::Bool(true));
+        }
+        NewEvent::new(
+            thread_id,
+            run_id,
+            EventType::RunEnd.as_str(),
+            EventCategory::Outputs.as_str(),
+            output,
+            metadata,
+        )
     }
 
     /// Sets the run owner.
@@ -193,7 +244,7 @@ pub struct RunEvent {
     pub content: Value,
     /// Metadata object.
     pub metadata: Map<String, Value>,
-    /// RFC 3339 time at which the store wrote the row.
+    /// RFC 3339 time at which the event happened (taken by its producer).
     pub created_at: String,
     /// Run owner, or null.
     pub user_id: Option<String>,
@@ -221,6 +272,43 @@ mod tests {
         );
         assert_eq!(EventType::read("nope"), None);
         assert!("ai_message".parse::<EventType>().is_err());
+    }
+
+    #[test]
+    fn run_end_carries_the_terminal_status_and_marks_recoveries() {
+        for status in [
+            RunStatus::Success,
+            RunStatus::Error,
+            RunStatus::Timeout,
+            RunStatus::Interrupted,
+        ] {
+            let event = NewEvent::run_end("t", "r", status, serde_json::json!({}), false);
+            assert_eq!(event.event_type, "run.end");
+            assert_eq!(event.category, "outputs");
+            assert_eq!(
+                event.metadata_map(),
+                Map::from_iter([("status".to_owned(), Value::from(status.as_str()))])
+            );
+        }
+        let recovered = NewEvent::run_end("t", "r", RunStatus::Error, serde_json::json!({}), true);
+        assert_eq!(recovered.metadata_map()["recovered"], true);
+    }
+
+    #[test]
+    fn events_are_stamped_when_emitted_and_keep_the_stamp_through_a_spill() {
+        let before = now_rfc3339();
+        let event = NewEvent::new("t", "r", "llm.error", "trace", Value::Null, Map::new());
+        let after = now_rfc3339();
+        // Same fixed-width UTC form, so text order is time order.
+        assert!(before <= event.created_at && event.created_at <= after);
+        assert_eq!(event.created_at.len(), "2026-01-01T00:00:00.000000Z".len());
+        let text = serde_json::to_string(&event).unwrap();
+        let back: NewEvent = serde_json::from_str(&text).unwrap();
+        assert_eq!(back.created_at, event.created_at);
+        let mut old: Value = serde_json::from_str(&text).unwrap();
+        old.as_object_mut().unwrap().remove("created_at");
+        let stamped: NewEvent = serde_json::from_value(old).unwrap();
+        assert!(stamped.created_at >= event.created_at);
     }
 
     #[test]

@@ -174,6 +174,17 @@ impl Message {
         }
     }
 
+    /// Gives the message a fresh UUID (v7) unless it has an id (SPEC §2.3: a message
+    /// entering the state keeps one id from then on); returns the id.
+    pub fn ensure_id(&mut self) -> &str {
+        let id = match self {
+            Message::Human(m) | Message::System(m) => &mut m.id,
+            Message::Ai(m) => &mut m.id,
+            Message::Tool(m) => &mut m.id,
+        };
+        id.get_or_insert_with(|| uuid::Uuid::now_v7().to_string())
+    }
+
     /// The content, a string or a list of blocks.
     pub fn content(&self) -> &Value {
         match self {
@@ -235,6 +246,24 @@ mod tests {
         ));
         assert!(text.contains(r#""input_token_details":{"cache_read":2}"#));
         assert_eq!(serde_json::from_str::<Message>(&text).unwrap(), ai);
+    }
+
+    #[test]
+    fn ensure_id_keeps_an_id_and_fills_a_missing_one_once() {
+        let mut given = Message::Human(HumanMessage {
+            id: Some("client-1".into()),
+            ..HumanMessage::default()
+        });
+        assert_eq!(given.ensure_id(), "client-1");
+        let mut tool: Message = serde_json::from_value(
+            json!({"type": "tool", "content": "ok", "tool_call_id": "c1", "id": null}),
+        )
+        .unwrap();
+        assert_eq!(tool.id(), None);
+        let first = tool.ensure_id().to_owned();
+        assert!(uuid::Uuid::parse_str(&first).is_ok(), "{first}");
+        assert_eq!(tool.ensure_id(), first, "the id is stable");
+        assert_eq!(json!(tool)["id"], first);
     }
 
     #[test]

@@ -184,8 +184,17 @@ pub fn router(state: AppState) -> Router {
         .route("/api/models", get(routes::models))
         .route("/api/features", get(routes::features))
         .route("/api/openapi.json", get(openapi::get))
-        .route("/api/assistants/lead_agent", get(routes::get_assistant))
-        .route("/api/assistants/search", post(routes::search_assistants))
+        .route("/api/info", get(routes::info))
+        .route("/api/assistants/lead_agent", get(routes::assistants::get))
+        .route(
+            "/api/assistants/lead_agent/graph",
+            get(routes::assistants::graph),
+        )
+        .route(
+            "/api/assistants/lead_agent/schemas",
+            get(routes::assistants::schemas),
+        )
+        .route("/api/assistants/search", post(routes::assistants::search))
         .route(
             "/api/threads/{thread_id}/runs/{run_id}/join",
             get(routes::runs::join),

@@ -72,6 +72,33 @@ const OPERATIONS: &[Operation] = &[
     },
     Operation {
         method: "get",
+        path: "/api/info",
+        summary: "The server's version and the flags of what it supports, as LangGraph servers answer",
+        permission: Some("auth"),
+        query: &[],
+        body: None,
+        success: (200, "Info"),
+    },
+    Operation {
+        method: "get",
+        path: "/api/assistants/lead_agent/graph",
+        summary: "The lead agent's graph (nodes model and tools), as LangGraph draws one",
+        permission: Some("auth"),
+        query: &[],
+        body: None,
+        success: (200, "AssistantGraph"),
+    },
+    Operation {
+        method: "get",
+        path: "/api/assistants/lead_agent/schemas",
+        summary: "The lead agent's input, output, state, config and context schemas (LangGraph's GraphSchema)",
+        permission: Some("auth"),
+        query: &[],
+        body: None,
+        success: (200, "GraphSchema"),
+    },
+    Operation {
+        method: "get",
         path: "/api/assistants/lead_agent",
         summary: "The one assistant",
         permission: Some("auth"),
@@ -251,7 +278,17 @@ const OPERATIONS: &[Operation] = &[
             (
                 "cancel_on_disconnect",
                 "boolean",
-                "Cancel the run when this watcher goes, default false",
+                "Cancel the run when this watcher goes (true/false or 1/0), default false",
+            ),
+            (
+                "namespace",
+                "string",
+                "Accepted and ignored: a run has no subgraph namespaces",
+            ),
+            (
+                "checkpoint_id",
+                "string",
+                "Accepted and ignored, as LangGraph servers do on a rejoin",
             ),
         ],
         body: None,
@@ -296,7 +333,7 @@ fn operation(op: &Operation) -> Value {
         parameters.push(json!({"name": name, "in": "query", "required": false, "description": description, "schema": {"type": kind}}));
     }
     if op.success.1 == "sse" {
-        parameters.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "description": "Resume after this frame id", "schema": {"type": "string", "pattern": "^[0-9]+$"}}));
+        parameters.push(json!({"name": "Last-Event-ID", "in": "header", "required": false, "description": "Resume after this frame id; -1 replays from the start; an id past the stream's end is 422", "schema": {"type": "string", "pattern": "^(-1|[0-9]+)$"}}));
     }
     let (status, shape) = op.success;
     let success = match shape {
@@ -386,6 +423,21 @@ fn schemas() -> Value {
         "Assistant": object(json!({"assistant_id": {"const": "lead_agent"}, "graph_id": {"const": "lead_agent"},
             "name": string, "config": free, "metadata": free}), &["assistant_id", "graph_id"]),
         "AssistantList": array_of("Assistant"),
+        "Info": object(json!({"version": string,
+            "flags": {"type": "object", "additionalProperties": {"type": "boolean"}, "properties": {
+                "assistants": {"type": "boolean"}, "crons": {"type": "boolean"}, "langsmith": {"type": "boolean"},
+                "langsmith_tracing_replicas": {"type": "boolean"}, "resumable_streams": {"type": "boolean"},
+                "token_usage": {"type": "boolean"}}},
+            "host": object(json!({"kind": string, "project_id": nullable_string, "host_revision_id": nullable_string,
+                "revision_id": nullable_string, "tenant_id": nullable_string}), &["kind"]),
+            "metadata": free}), &["version", "flags"]),
+        "AssistantGraph": object(json!({
+            "nodes": {"type": "array", "items": object(json!({"id": {"type": ["string", "integer"]}, "type": string,
+                "data": {"type": ["object", "string"]}}), &["id"])},
+            "edges": {"type": "array", "items": object(json!({"source": string, "target": string,
+                "conditional": {"type": "boolean"}, "data": string}), &["source", "target"])}}), &["nodes", "edges"]),
+        "GraphSchema": object(json!({"graph_id": {"const": "lead_agent"}, "input_schema": free, "output_schema": free,
+            "state_schema": free, "config_schema": free, "context_schema": free}), &["graph_id"]),
         "ThreadCreate": {"type": "object", "additionalProperties": false, "properties": {
             "thread_id": {"type": "string", "pattern": "^[A-Za-z0-9_-]{1,64}$"},
             "metadata": free, "if_exists": {"enum": ["raise", "do_nothing"]}}},
@@ -404,7 +456,7 @@ fn schemas() -> Value {
             "interrupts": {"type": "array"}}), &["values", "next", "checkpoint", "metadata", "tasks", "interrupts"]),
         "ThreadStateList": array_of("ThreadState"),
         "Message": object(json!({"type": {"enum": ["human", "ai", "tool", "system"]},
-            "content": {"type": ["string", "array"]}, "id": nullable_string, "name": nullable_string,
+            "content": {"type": ["string", "array"]}, "id": {"type": "string", "description": "Kept from the moment the message enters the state"}, "name": nullable_string,
             "additional_kwargs": free, "response_metadata": free, "tool_calls": {"type": "array"},
             "invalid_tool_calls": {"type": "array"}, "usage_metadata": {}, "tool_call_id": string,
             "status": {"enum": ["success", "error"]}, "artifact": {}}), &["type", "content"]),

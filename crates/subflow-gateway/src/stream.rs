@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use subflow_contracts::RunStatus;
+use subflow_contracts::{NewEvent, RunStatus};
 use subflow_runtime::output::RunOutput;
 use subflow_runtime::run::RunResult;
 use subflow_store::{FrameBatch, RunStatusUpdate, RunUsage, Store, StreamFrame, StreamNotice};
@@ -150,6 +150,7 @@ impl Streams {
 struct Modes {
     values: bool,
     messages: bool,
+    updates: bool,
     custom: bool,
 }
 
@@ -159,6 +160,7 @@ impl Modes {
         Modes {
             values: wants("values"),
             messages: wants("messages-tuple"),
+            updates: wants("updates"),
             custom: wants("custom"),
         }
     }
@@ -303,6 +305,9 @@ impl Pump {
                 self.hub
                     .push("messages", &json!([message, metadata]), false);
             }
+            RunOutput::Update(update) if self.modes.updates => {
+                self.hub.push("updates", &update, false);
+            }
             RunOutput::Custom { payload, .. } if self.modes.custom => {
                 self.hub.push("custom", &payload, false);
             }
@@ -337,12 +342,22 @@ impl Pump {
             stop_reason: None,
             error: Some(error.clone()),
         };
-        if let Err(store_error) = self
-            .store
-            .update_run_status(&self.hub.run_id, &update)
-            .await
-        {
-            tracing::error!(%store_error, "marking the failed run failed");
+        let (run_id, thread_id) = (&self.hub.run_id, &self.hub.thread_id);
+        match self.store.update_run_status(run_id, &update).await {
+            Ok(true) => {
+                // The run never wrote its `run.end`: this write ended it (SPEC §5.2).
+                let owner = match self.store.get_run(thread_id, run_id).await {
+                    Ok(run) => run.map(|r| r.owner),
+                    Err(_) => None,
+                };
+                let end = NewEvent::run_end(thread_id, run_id, RunStatus::Error, json!({}), false)
+                    .with_user(owner);
+                if let Err(store_error) = self.store.append(&[end]).await {
+                    tracing::error!(%store_error, "recording the failed run's run.end failed");
+                }
+            }
+            Ok(false) => {}
+            Err(store_error) => tracing::error!(%store_error, "marking the failed run failed"),
         }
         RunResult {
             status: RunStatus::Error,

@@ -16,9 +16,6 @@ pub const TRACE_HEADER: HeaderName = HeaderName::from_static("x-trace-id");
 pub struct RequestTrace {
     /// The id.
     pub id: String,
-    /// Whether the client supplied it (header or traceparent), which outranks
-    /// `config.metadata.deerflow_trace_id` at run creation.
-    pub from_client: bool,
     /// A valid `traceparent`'s trace id and parent span, which a run's exported lead
     /// trace adopts (SPEC §9.2), whatever gave the id above.
     pub parent: Option<TraceParent>,
@@ -79,27 +76,14 @@ pub async fn trace_id(mut request: Request, next: Next) -> Response {
     let raw_parent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     let from_parent = raw_parent.and_then(traceparent_trace_id).map(str::to_owned);
     let parent = raw_parent.and_then(traceparent);
-    let trace = match from_header.or(from_parent) {
-        Some(id) => RequestTrace {
-            id,
-            from_client: true,
-            parent,
-        },
-        None => RequestTrace {
-            id: fresh_trace_id(),
-            from_client: false,
-            parent,
-        },
+    let trace = RequestTrace {
+        id: from_header.or(from_parent).unwrap_or_else(fresh_trace_id),
+        parent,
     };
     request.extensions_mut().insert(trace.clone());
     // Log lines written while handling the request carry its trace id (SPEC §8.4).
     let span = tracing::info_span!("request", trace_id = %trace.id);
     let mut response = next.run(request).instrument(span).await;
-    let trace = response
-        .extensions()
-        .get::<RequestTrace>()
-        .cloned()
-        .unwrap_or(trace);
     if let Ok(value) = HeaderValue::from_str(&trace.id) {
         response.headers_mut().insert(TRACE_HEADER, value);
     }

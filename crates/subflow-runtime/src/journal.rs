@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
-use subflow_contracts::messages::{AiMessage, Message, ToolMessage};
-use subflow_contracts::{EventCategory, EventType, MiddlewareTag};
+use subflow_contracts::messages::{AiMessage, ToolMessage};
+use subflow_contracts::{EventCategory, EventType, MiddlewareTag, NewEvent};
 use subflow_store::RunUsage;
 use subflow_store::buffer::EventBuffer;
 
@@ -83,14 +83,18 @@ impl Journal {
         text[..end].to_owned()
     }
 
-    /// `run.start`.
-    pub fn run_start(&self) {
-        self.record(
+    /// `run.start`, for the run to write before anything else (SPEC §5.2).
+    pub fn run_start(&self) -> NewEvent {
+        let scope = self.buffer.scope();
+        NewEvent::new(
+            scope.thread_id.as_str(),
+            scope.run_id.as_str(),
             EventType::RunStart.as_str(),
-            EventCategory::Trace,
+            EventCategory::Trace.as_str(),
             json!({"chain": "lead_agent"}),
             metadata(json!({"caller": "lead_agent"})),
-        );
+        )
+        .with_user(scope.user_id.clone())
     }
 
     /// `llm.human.input` for the run's first human message.
@@ -149,16 +153,6 @@ impl Journal {
             EventCategory::Trace,
             json!(self.trace_text(text)),
             Map::new(),
-        );
-    }
-
-    /// `run.end` with the final state.
-    pub fn run_end(&self, messages: &[Message]) {
-        self.record(
-            EventType::RunEnd.as_str(),
-            EventCategory::Outputs,
-            json!({"messages": messages.len()}),
-            metadata(json!({"status": "success"})),
         );
     }
 

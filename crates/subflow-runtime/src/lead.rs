@@ -14,6 +14,7 @@ use subflow_store::NewCheckpoint;
 use uuid::Uuid;
 
 use crate::guarded::{GuardStop, Guards};
+use crate::output::RunOutput;
 use crate::runtime::{RunContext, Runtime};
 use crate::spans::{ChatCall, new_span_id};
 use crate::subagent::{error_fallback, run_task};
@@ -80,10 +81,7 @@ impl Lead<'_> {
             let call = async {
                 let stream = model.stream(request).await?;
                 assemble(stream, &info.model, |delta| {
-                    sink.send(crate::output::RunOutput::Message {
-                        message: json!({"type": "AIMessageChunk", "content": delta, "id": message_id}),
-                        node: "model",
-                    });
+                    sink.send(RunOutput::text_chunk(&message_id, delta));
                 })
                 .await
             };
@@ -100,11 +98,20 @@ impl Lead<'_> {
                 Err(error) => {
                     let detail = error.to_string();
                     self.run.journal.llm_error(&detail);
-                    let fallback = error_fallback(&detail);
-                    self.push(Message::Ai(fallback)).await;
+                    // The answer keeps the id any text that did stream carried.
+                    let fallback = Message::Ai(AiMessage {
+                        id: Some(message_id),
+                        ..error_fallback(&detail)
+                    });
+                    self.run.sink.send(RunOutput::whole(&fallback, "model"));
+                    self.run
+                        .sink
+                        .send(RunOutput::update("model", std::slice::from_ref(&fallback)));
+                    self.push(fallback).await;
                     return LeadEnd::ModelFailed(detail);
                 }
             };
+            let streamed = subflow_contracts::task_events::flatten_content(Some(&ai.content));
             ai.id = Some(message_id);
             let record = ai.usage_metadata.as_ref().and_then(|usage| {
                 let model_name = ai
@@ -150,19 +157,30 @@ impl Lead<'_> {
                 .journal
                 .ai_response("lead_agent", &ai, latency_ms, record.as_ref());
             let calls = ai.tool_calls.clone();
-            self.push(Message::Ai(ai)).await;
+            self.run.sink.send(RunOutput::closing_chunk(&streamed, &ai));
+            let ai = Message::Ai(ai);
+            self.run
+                .sink
+                .send(RunOutput::update("model", std::slice::from_ref(&ai)));
+            self.push(ai).await;
             if calls.is_empty() || stopped.is_some() {
                 return LeadEnd::Finished;
             }
             let results = self.run_tools(&calls).await;
             let cancelled = results.iter().any(Option::is_none);
+            let mut tools = Vec::with_capacity(results.len());
             for tool in results.into_iter().flatten() {
                 self.run.journal.tool_result(&tool);
-                self.run.sink.send(crate::output::RunOutput::Message {
-                    message: json!(Message::Tool(tool.clone())),
-                    node: "tools",
-                });
-                self.push(Message::Tool(tool)).await;
+                let mut tool = Message::Tool(tool);
+                tool.ensure_id();
+                self.run.sink.send(RunOutput::whole(&tool, "tools"));
+                tools.push(tool);
+            }
+            if !tools.is_empty() {
+                self.run.sink.send(RunOutput::update("tools", &tools));
+            }
+            for tool in tools {
+                self.push(tool).await;
             }
             if cancelled || self.run.cancel.is_cancelled() {
                 return LeadEnd::Cancelled;
@@ -278,8 +296,10 @@ impl Lead<'_> {
         }
     }
 
-    /// Appends a message, checkpoints the state and emits `values`.
-    pub async fn push(&mut self, message: Message) {
+    /// Appends a message (with an id from now on), checkpoints the state and emits
+    /// `values`.
+    pub async fn push(&mut self, mut message: Message) {
+        message.ensure_id();
         self.messages.push(message);
         self.checkpoint().await;
     }
@@ -307,6 +327,6 @@ impl Lead<'_> {
                 tracing::error!(%error, run_id = %self.run.run_id, "checkpoint write failed")
             }
         }
-        self.run.sink.send(crate::output::RunOutput::Values(values));
+        self.run.sink.send(RunOutput::Values(values));
     }
 }

@@ -4,8 +4,8 @@
 use std::sync::Mutex;
 use std::time::Instant;
 
-use serde_json::Value;
-use subflow_contracts::messages::Message;
+use serde_json::{Map, Value, json};
+use subflow_contracts::messages::{AiMessage, Message};
 use subflow_contracts::task_events::TaskEvent;
 use subflow_store::buffer::EventBuffer;
 use tokio::sync::mpsc;
@@ -25,6 +25,8 @@ pub enum RunOutput {
     },
     /// The full state values after a lead step.
     Values(Value),
+    /// An `updates` frame: `{<node>: <state delta>}` after a lead step (SPEC §2.4).
+    Update(Value),
     /// A `custom` payload: a task event.
     Custom {
         /// The payload, fields in the documented order.
@@ -32,6 +34,63 @@ pub enum RunOutput {
         /// When the step (or lifecycle change) it reports came into existence.
         created: Instant,
     },
+}
+
+impl RunOutput {
+    /// A text delta of the AI message `id` (node `model`).
+    pub fn text_chunk(id: &str, delta: &str) -> Self {
+        RunOutput::Message {
+            message: json!({"type": "AIMessageChunk", "content": delta, "id": id}),
+            node: "model",
+        }
+    }
+
+    /// The last chunk of a streamed AI message, so that its chunks concatenated are the
+    /// message as it entered the state: the text its final form adds to what streamed
+    /// (a limit note, a forced-stop text), its tool calls as `tool_call_chunks`, its
+    /// metadata and usage.
+    pub fn closing_chunk(streamed: &str, ai: &AiMessage) -> Self {
+        let text = subflow_contracts::task_events::flatten_content(Some(&ai.content));
+        let rest = text.strip_prefix(streamed).unwrap_or_default();
+        let calls: Vec<Value> = ai
+            .tool_calls
+            .iter()
+            .enumerate()
+            .map(|(index, call)| {
+                json!({"type": "tool_call_chunk", "id": call.id, "name": call.name,
+                       "args": call.args.to_string(), "index": index})
+            })
+            .collect();
+        let mut chunk = Map::new();
+        chunk.insert("type".into(), json!("AIMessageChunk"));
+        chunk.insert("content".into(), json!(rest));
+        chunk.insert("id".into(), json!(ai.id));
+        chunk.insert("tool_call_chunks".into(), Value::Array(calls));
+        chunk.insert("additional_kwargs".into(), json!(ai.additional_kwargs));
+        chunk.insert("response_metadata".into(), json!(ai.response_metadata));
+        if let Some(usage) = &ai.usage_metadata {
+            chunk.insert("usage_metadata".into(), json!(usage));
+        }
+        RunOutput::Message {
+            message: Value::Object(chunk),
+            node: "model",
+        }
+    }
+
+    /// A whole message that did not stream as chunks (a tool result, a fallback answer).
+    pub fn whole(message: &Message, node: &'static str) -> Self {
+        RunOutput::Message {
+            message: json!(message),
+            node,
+        }
+    }
+
+    /// The `updates` payload of a lead step: `{<node>: {"messages": [...]}}`.
+    pub fn update(node: &'static str, messages: &[Message]) -> Self {
+        let mut delta = Map::new();
+        delta.insert(node.to_owned(), json!({"messages": messages}));
+        RunOutput::Update(Value::Object(delta))
+    }
 }
 
 /// The sending side of a run's output; sends never block and never fail the run.

@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
+use serde_json::json;
 use subflow_contracts::messages::Message;
-use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
-use subflow_store::buffer::{BufferPolicy, EventScope};
+use subflow_contracts::{NewEvent, RunStatus, RunStopReason, ThreadStatus};
+use subflow_store::buffer::{BufferKind, BufferPolicy, EventScope};
 use subflow_store::{RunStatusUpdate, RunUsage};
 use tokio_util::sync::CancellationToken;
 use uuid::Uuid;
@@ -180,9 +181,17 @@ impl Runtime {
             .store
             .set_thread_status(&run.thread_id, ThreadStatus::Busy)
             .await;
-        run.journal.run_start();
+        // `run.start` is stored before any other event of the run; if that write fails it
+        // leads the journal's buffer, ahead of every later journal record.
+        let start = run.journal.run_start();
+        if let Err(error) = self.store.append(std::slice::from_ref(&start)).await {
+            tracing::warn!(%error, "writing run.start failed; it goes through the journal buffer");
+            if let Err(error) = run.journal.buffer().record_event(start) {
+                tracing::error!(%error, "run.start refused");
+            }
+        }
 
-        let history = match self.store.latest_checkpoint(&run.thread_id).await {
+        let mut history = match self.store.latest_checkpoint(&run.thread_id).await {
             Ok(Some(checkpoint)) => checkpoint
                 .values
                 .get("messages")
@@ -195,6 +204,10 @@ impl Runtime {
                 Vec::new()
             }
         };
+        // Messages checkpointed before every message had an id get theirs now.
+        history.iter_mut().for_each(|message| {
+            message.ensure_id();
+        });
         let snapshots = self.spawn_usage_snapshots(run.clone());
         let mut lead = Lead {
             runtime: self,
@@ -213,12 +226,13 @@ impl Runtime {
         };
         let mut first_human = true;
         for mut message in spec.input {
-            if let Message::Human(human) = &mut message {
-                human.id.get_or_insert_with(|| Uuid::now_v7().to_string());
-                if first_human {
-                    run.journal.human_input(&human.content);
-                    first_human = false;
-                }
+            // Input messages keep a client's id and get one otherwise (SPEC §2.3).
+            message.ensure_id();
+            if let Message::Human(human) = &message
+                && first_human
+            {
+                run.journal.human_input(&human.content);
+                first_human = false;
             }
             lead.messages.push(message);
         }
@@ -267,10 +281,8 @@ impl Runtime {
             ),
             LeadEnd::Finished => (RunStatus::Success, None, ""),
         };
-        match (&status, &error) {
-            (RunStatus::Success, _) => run.journal.run_end(&lead.messages),
-            (_, Some(text)) => run.journal.run_error(text, error_type),
-            _ => {}
+        if let Some(text) = &error {
+            run.journal.run_error(text, error_type);
         }
         snapshots.abort();
         let usage = run.journal.usage(lead.messages.len() as i64);
@@ -281,8 +293,20 @@ impl Runtime {
         run.subagent_buffer.close().await;
         run.journal.buffer().close().await;
         let stop_reason = lead.stop_reason;
-        self.set_status(&run.run_id, status, stop_reason, error.clone())
+        let ended = self
+            .set_status(&run.run_id, status, stop_reason, error.clone())
             .await;
+        if ended {
+            // Only the write that ended the run mirrors its status, so `run.end` is
+            // written at most once, and only once the status is durable (SPEC §5.2).
+            let output = match status {
+                RunStatus::Success => json!({"messages": lead.messages.len()}),
+                _ => json!({}),
+            };
+            let end = NewEvent::run_end(&run.thread_id, &run.run_id, status, output, false)
+                .with_user(spec.user_id.clone());
+            self.write_through(end).await;
+        }
         let thread_status = match status {
             RunStatus::Error | RunStatus::Timeout => ThreadStatus::Error,
             RunStatus::Interrupted => ThreadStatus::Interrupted,
@@ -311,20 +335,34 @@ impl Runtime {
         }
     }
 
+    /// Sets the run's status; true when this write changed it (a terminal status is
+    /// only ever written once).
     async fn set_status(
         &self,
         run_id: &str,
         status: RunStatus,
         stop_reason: Option<RunStopReason>,
         error: Option<String>,
-    ) {
+    ) -> bool {
         let update = RunStatusUpdate {
             status,
             stop_reason,
             error,
         };
-        if let Err(error) = self.store.update_run_status(run_id, &update).await {
-            tracing::error!(%error, run_id, "updating the run status failed");
+        match self.store.update_run_status(run_id, &update).await {
+            Ok(changed) => changed,
+            Err(error) => {
+                tracing::error!(%error, run_id, "updating the run status failed");
+                false
+            }
+        }
+    }
+
+    /// Writes one event now; a failed write goes to the retry queue (SPEC §5.4).
+    pub(crate) async fn write_through(&self, event: NewEvent) {
+        if let Err(error) = self.store.append(std::slice::from_ref(&event)).await {
+            tracing::warn!(%error, event_type = %event.event_type, "event write failed; queued for retry");
+            self.retry.push(BufferKind::Journal, vec![event]);
         }
     }
 

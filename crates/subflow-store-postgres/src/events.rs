@@ -4,9 +4,7 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Postgres, QueryBuilder};
 use subflow_contracts::{EventCategory, NewEvent, RunEvent};
-use subflow_store::{
-    AppendOutcome, Error, EventQuery, EventStore, Result, codec, now_rfc3339, validate_batch,
-};
+use subflow_store::{AppendOutcome, Error, EventQuery, EventStore, Result, codec, validate_batch};
 use uuid::Uuid;
 
 use crate::{PostgresStore, get};
@@ -26,10 +24,10 @@ macro_rules! select_events {
 
 const INSERT_EVENTS: &str = "INSERT INTO run_events \
      (event_id, thread_id, run_id, seq, event_type, category, content, metadata, task_id, user_id, created_at) \
-     SELECT event_id, $1, run_id, seq, event_type, category, content, metadata, task_id, user_id, $2 \
-     FROM UNNEST($3::text[]::uuid[], $4::text[], $5::bigint[], $6::text[], $7::text[], \
+     SELECT event_id, $1, run_id, seq, event_type, category, content, metadata, task_id, user_id, created_at \
+     FROM UNNEST($2::text[], $3::text[]::uuid[], $4::text[], $5::bigint[], $6::text[], $7::text[], \
                  $8::text[], $9::text[], $10::text[], $11::text[]) \
-          AS batch(event_id, run_id, seq, event_type, category, content, metadata, task_id, user_id) \
+          AS batch(created_at, event_id, run_id, seq, event_type, category, content, metadata, task_id, user_id) \
      ON CONFLICT (event_id) DO NOTHING";
 
 #[async_trait]
@@ -40,18 +38,17 @@ impl EventStore for PostgresStore {
             return Ok(AppendOutcome::default());
         };
         let thread_id = first.thread_id.as_str();
-        let created_at = now_rfc3339();
         let refs: Vec<&NewEvent> = batch.iter().collect();
-        // `subflow_append_events` (migration 0002) takes the thread's advisory lock,
+        // `subflow_append_events` (migrations 0002, 0007) takes the thread's advisory lock,
         // allocates seqs and skips stored ids server-side: one round trip per chunk.
         let written = if refs.len() <= INSERT_CHUNK {
             let mut conn = self.pool().acquire().await.map_err(Error::backend)?;
-            append_chunk(&mut conn, thread_id, &created_at, &refs).await?
+            append_chunk(&mut conn, thread_id, &refs).await?
         } else {
             let mut tx = self.pool().begin().await.map_err(Error::backend)?;
             let mut written = 0;
             for chunk in refs.chunks(INSERT_CHUNK) {
-                written += append_chunk(&mut tx, thread_id, &created_at, chunk).await?;
+                written += append_chunk(&mut tx, thread_id, chunk).await?;
             }
             tx.commit().await.map_err(Error::backend)?;
             written
@@ -112,13 +109,12 @@ impl PostgresStore {
             return Ok(());
         };
         let refs: Vec<&NewEvent> = rows.iter().collect();
-        let created_at = now_rfc3339();
         let mut tx = self.pool().begin().await.map_err(Error::backend)?;
         let mut next_seq = first_seq;
         for chunk in refs.chunks(INSERT_CHUNK) {
             let columns = EventColumns::new(chunk, next_seq);
             next_seq += chunk.len() as i64;
-            insert_columns(&mut tx, &first.thread_id, &created_at, columns).await?;
+            insert_columns(&mut tx, &first.thread_id, columns).await?;
         }
         tx.commit().await.map_err(Error::backend)
     }
@@ -128,12 +124,11 @@ impl PostgresStore {
 async fn insert_columns(
     conn: &mut PgConnection,
     thread_id: &str,
-    created_at: &str,
     rows: EventColumns<'_>,
 ) -> Result<u64> {
     let result = sqlx::query(INSERT_EVENTS)
         .bind(thread_id)
-        .bind(created_at)
+        .bind(rows.created_at)
         .bind(rows.event_id)
         .bind(rows.run_id)
         .bind(rows.seq)
@@ -153,7 +148,6 @@ async fn insert_columns(
 async fn append_chunk(
     conn: &mut PgConnection,
     thread_id: &str,
-    created_at: &str,
     events: &[&NewEvent],
 ) -> Result<usize> {
     let rows = EventColumns::new(events, 1);
@@ -161,7 +155,7 @@ async fn append_chunk(
         "SELECT subflow_append_events($1, $2, $3::text[]::uuid[], $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(thread_id)
-    .bind(created_at)
+    .bind(rows.created_at)
     .bind(rows.event_id)
     .bind(rows.run_id)
     .bind(rows.event_type)
@@ -178,6 +172,7 @@ async fn append_chunk(
 
 /// One chunk of rows as parallel arrays, the shape `UNNEST` takes.
 struct EventColumns<'a> {
+    created_at: Vec<&'a str>,
     event_id: Vec<String>,
     run_id: Vec<&'a str>,
     seq: Vec<i64>,
@@ -193,6 +188,7 @@ impl<'a> EventColumns<'a> {
     /// The columns of `events`, numbered from `first_seq` in batch order.
     fn new(events: &[&'a NewEvent], first_seq: i64) -> Self {
         EventColumns {
+            created_at: events.iter().map(|e| e.created_at.as_str()).collect(),
             event_id: events.iter().map(|e| e.event_id.to_string()).collect(),
             run_id: events.iter().map(|e| e.run_id.as_str()).collect(),
             seq: (first_seq..).take(events.len()).collect(),

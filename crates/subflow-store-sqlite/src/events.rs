@@ -7,9 +7,7 @@ use rusqlite::{
     CachedStatement, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
 };
 use subflow_contracts::{NewEvent, RunEvent};
-use subflow_store::{
-    AppendOutcome, Error, EventQuery, EventStore, Result, codec, now_rfc3339, validate_batch,
-};
+use subflow_store::{AppendOutcome, Error, EventQuery, EventStore, Result, codec, validate_batch};
 use uuid::Uuid;
 
 use crate::{Db, SqliteStore, query_all, text};
@@ -25,6 +23,7 @@ struct EventRow {
     metadata: String,
     task_id: Option<String>,
     user_id: Option<String>,
+    created_at: String,
 }
 
 impl EventRow {
@@ -39,16 +38,12 @@ impl EventRow {
             metadata: event.metadata.get().to_owned(),
             task_id: event.task_id().map(str::to_owned),
             user_id: event.user_id.clone(),
+            created_at: event.created_at.clone(),
         }
     }
 
     /// Runs `insert` (one of the `INSERT_EVENT*` statements); returns rows written.
-    fn insert(
-        &self,
-        insert: &mut CachedStatement<'_>,
-        seq: i64,
-        created_at: &str,
-    ) -> Result<usize> {
+    fn insert(&self, insert: &mut CachedStatement<'_>, seq: i64) -> Result<usize> {
         insert
             .execute(params![
                 self.thread_id,
@@ -61,7 +56,7 @@ impl EventRow {
                 self.metadata,
                 self.task_id,
                 self.user_id,
-                created_at,
+                self.created_at,
             ])
             .db()
     }
@@ -118,7 +113,6 @@ impl EventStore for SqliteStore {
                     .optional()
                     .db()?
                     .unwrap_or(0);
-                let created_at = now_rfc3339();
                 let mut next = last + 1;
                 {
                     let mut insert = tx.prepare_cached(INSERT_EVENT_IF_NEW).db()?;
@@ -126,7 +120,7 @@ impl EventStore for SqliteStore {
                         // A record stored by an earlier, ambiguous attempt (or twice in
                         // this batch) is skipped and takes no seq, so seqs stay gap-free
                         // exactly as in the other backends.
-                        if row.insert(&mut insert, next, &created_at)? > 0 {
+                        if row.insert(&mut insert, next)? > 0 {
                             next += 1;
                         }
                     }
@@ -199,11 +193,10 @@ impl SqliteStore {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
                 .db()?;
-            let created_at = now_rfc3339();
             {
                 let mut insert = tx.prepare_cached(INSERT_EVENT).db()?;
                 for (seq, row) in (first_seq..).zip(&rows) {
-                    row.insert(&mut insert, seq, &created_at)?;
+                    row.insert(&mut insert, seq)?;
                 }
             }
             tx.commit().db()

@@ -214,6 +214,12 @@ impl EventBuffer {
             metadata,
         )
         .with_user(self.scope.user_id.clone());
+        self.record_event(event)
+    }
+
+    /// Records an event built elsewhere (e.g. one whose direct write failed, keeping its
+    /// `event_id` so an ambiguous failure never duplicates it). Never waits on storage.
+    pub fn record_event(&self, event: NewEvent) -> Result<()> {
         validate_batch(std::slice::from_ref(&event))?;
         self.counters.add_pending(self.kind, 1);
         if let Err(mpsc::error::SendError(Command::Add(event))) = self.tx.send(Command::Add(event))

@@ -5,8 +5,6 @@ use subflow_contracts::events::{
     MIDDLEWARE_TYPE_MIN_CHARS,
 };
 use subflow_contracts::{NewEvent, ThreadId};
-use time::OffsetDateTime;
-use time::macros::format_description;
 
 use crate::{Error, Result};
 
@@ -53,19 +51,8 @@ fn valid_event_type(event_type: &str) -> bool {
     }
 }
 
-/// The current UTC time as RFC 3339 with microseconds, the format every backend stores.
-pub fn now_rfc3339() -> String {
-    rfc3339(OffsetDateTime::now_utc())
-}
-
-/// `at` in UTC as RFC 3339 with microseconds, the format every backend stores.
-pub fn rfc3339(at: OffsetDateTime) -> String {
-    let format =
-        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:6]Z");
-    at.to_offset(time::UtcOffset::UTC)
-        .format(format)
-        .expect("a UTC timestamp always formats")
-}
+/// The clock format every backend stores, shared with the producers that stamp events.
+pub use subflow_contracts::events::{now_rfc3339, rfc3339};
 
 #[cfg(test)]
 mod tests {
@@ -125,7 +112,8 @@ mod tests {
         let stamp = now_rfc3339();
         assert_eq!(stamp.len(), "2026-01-01T00:00:00.000000Z".len());
         assert!(
-            OffsetDateTime::parse(&stamp, &time::format_description::well_known::Rfc3339).is_ok()
+            time::OffsetDateTime::parse(&stamp, &time::format_description::well_known::Rfc3339)
+                .is_ok()
         );
     }
 }

@@ -1,5 +1,6 @@
 //! Route handlers, one module per resource.
 
+pub mod assistants;
 pub mod events;
 pub mod runs;
 pub mod threads;
@@ -29,19 +30,20 @@ pub async fn models(State(state): State<AppState>) -> Json<Value> {
     Json(json!({"models": state.models, "token_usage": {"enabled": state.token_usage_enabled}}))
 }
 
-/// The one assistant (SPEC §2.1).
-fn assistant() -> Value {
-    json!({"assistant_id": "lead_agent", "graph_id": "lead_agent", "name": "lead_agent", "config": {}, "metadata": {}})
-}
-
-/// `GET /api/assistants/lead_agent`.
-pub async fn get_assistant() -> Json<Value> {
-    Json(assistant())
-}
-
-/// `POST /api/assistants/search`.
-pub async fn search_assistants() -> Json<Value> {
-    Json(json!([assistant()]))
+/// `GET /api/info`: what LangGraph servers answer — the version and the flags of what
+/// this server supports — for the SDKs and LangGraph tooling that probe it. LangGraph's
+/// own flags first (read-only assistants; no crons, no LangSmith), then subflow's:
+/// every stream is resumable (SPEC §2.5), and whether token usage is shown (SPEC §7.5).
+pub async fn info(State(state): State<AppState>) -> Json<Value> {
+    Json(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "flags": {
+            "assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false,
+            "resumable_streams": true, "token_usage": state.token_usage_enabled,
+        },
+        "host": {"kind": "self-hosted", "project_id": null, "host_revision_id": null, "revision_id": null, "tenant_id": null},
+        "metadata": {},
+    }))
 }
 
 /// `GET /api/features` (SPEC §12.11); durable batches are not part of this build.

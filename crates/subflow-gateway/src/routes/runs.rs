@@ -21,9 +21,9 @@ use super::threads::not_found;
 use crate::auth::{Caller, authorize_thread};
 use crate::stream::{
     self,
-    follow::{Follow, OnDisconnect, RejoinParams, last_event_id, sse_response},
+    follow::{Follow, OnDisconnect, RejoinParams, check_cursor, last_event_id, sse_response},
 };
-use crate::trace::{RequestTrace, valid_trace_id};
+use crate::trace::RequestTrace;
 use crate::{ApiError, AppState};
 
 const STREAM_MODES: [&str; 4] = ["values", "messages-tuple", "updates", "custom"];
@@ -84,7 +84,6 @@ struct Accepted {
     messages: Vec<Message>,
     model_name: Option<String>,
     delegation_trace: Option<String>,
-    caller_trace: Option<String>,
     metadata: Map<String, Value>,
     multitask_strategy: String,
     cancel_on_disconnect: bool,
@@ -213,11 +212,6 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
         .collect::<Result<Vec<_>, _>>()?;
     let config = request.config.unwrap_or(Value::Null);
     let metadata_of_config = config.get("metadata");
-    let caller_trace = metadata_of_config
-        .and_then(|m| m.get("deerflow_trace_id"))
-        .and_then(Value::as_str)
-        .and_then(valid_trace_id)
-        .map(str::to_owned);
     let delegation_trace = metadata_of_config
         .and_then(|m| m.get("trace_id"))
         .and_then(Value::as_str)
@@ -242,12 +236,27 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
         messages,
         model_name,
         delegation_trace,
-        caller_trace,
         metadata: request.metadata.unwrap_or_default(),
         multitask_strategy,
         cancel_on_disconnect,
         kwargs,
     })
+}
+
+/// Overwrites any client `deerflow_trace_id` in `config.metadata`, `metadata` and
+/// `context` with the request's trace id.
+fn stamp_trace_id(accepted: &mut Accepted, trace_id: &str) {
+    for place in [
+        "/config/metadata/deerflow_trace_id",
+        "/context/deerflow_trace_id",
+    ] {
+        if let Some(id) = accepted.kwargs.pointer_mut(place) {
+            *id = json!(trace_id);
+        }
+    }
+    if let Some(id) = accepted.metadata.get_mut("deerflow_trace_id") {
+        *id = json!(trace_id);
+    }
 }
 
 /// The Run object (SPEC §2.3) with the additive fields.
@@ -269,7 +278,6 @@ fn run_json(run: &RunRecord) -> Value {
 /// A started run: its record and outcome (resolving once its stream log is stored).
 struct Started {
     run: RunRecord,
-    trace: RequestTrace,
     outcome: tokio::task::JoinHandle<RunResult>,
     cancel: CancellationToken,
     accepted: Accepted,
@@ -284,7 +292,7 @@ async fn start(
     body: &Result<Bytes, BytesRejection>,
 ) -> Result<Started, ApiError> {
     let owned = authorize_thread(state, caller, Permission::RunsWrite, thread_id).await?;
-    let accepted = accept(parse_body(body)?)?;
+    let mut accepted = accept(parse_body(body)?)?;
     if let Some(name) = accepted.model_name.as_deref()
         && !state.runtime.knows_model(name)
     {
@@ -336,15 +344,9 @@ async fn start(
             stop_run(state, thread_id, &run.run_id, rollback).await;
         }
     }
-    // A client-supplied header or traceparent wins; then the body's deerflow_trace_id.
-    let trace = match (&accepted.caller_trace, trace.from_client) {
-        (Some(id), false) => RequestTrace {
-            id: id.clone(),
-            from_client: true,
-            parent: trace.parent,
-        },
-        _ => trace,
-    };
+    // The request's trace id is the run's: a `deerflow_trace_id` in the body names
+    // nothing and is overwritten, in the stored kwargs too (SPEC §8.1).
+    stamp_trace_id(&mut accepted, &trace.id);
     let run_id = uuid::Uuid::new_v4().to_string();
     let model_name = state.runtime.model_name(accepted.model_name.as_deref());
     let run = state
@@ -410,16 +412,10 @@ async fn start(
     .await;
     Ok(Started {
         run,
-        trace,
         outcome,
         cancel,
         accepted,
     })
-}
-
-fn with_trace(mut response: Response, trace: RequestTrace) -> Response {
-    response.extensions_mut().insert(trace);
-    response
 }
 
 /// `POST …/runs/stream`: the run as SSE, `metadata` first and `end` last.
@@ -432,7 +428,6 @@ pub async fn stream(
 ) -> Result<Response, ApiError> {
     let Started {
         run,
-        trace,
         outcome,
         cancel,
         accepted,
@@ -455,8 +450,7 @@ pub async fn stream(
     };
     // The stream counts as open (`subflow_sse_streams`) until its body ends or is dropped.
     let open = state.metrics.sse_stream();
-    let response = sse_response(follow, state.heartbeat, on_disconnect, open);
-    Ok(with_trace(response, trace))
+    Ok(sse_response(follow, state.heartbeat, on_disconnect, open))
 }
 
 /// `POST …/runs`: starts a run in the background and answers with its `pending` record.
@@ -468,8 +462,8 @@ pub async fn create(
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let Started { run, trace, .. } = start(&state, &caller, &thread_id, trace, &body).await?;
-    Ok(with_trace(Json(run_json(&run)).into_response(), trace))
+    let Started { run, .. } = start(&state, &caller, &thread_id, trace, &body).await?;
+    Ok(Json(run_json(&run)).into_response())
 }
 
 /// `POST …/runs/wait`: the final state values.
@@ -481,7 +475,6 @@ pub async fn wait(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let Started {
-        trace,
         outcome,
         cancel,
         accepted,
@@ -495,10 +488,7 @@ pub async fn wait(
     if let Some(guard) = guard {
         guard.disarm();
     }
-    Ok(with_trace(
-        Json(json!({"messages": result.messages})).into_response(),
-        trace,
-    ))
+    Ok(Json(json!({"messages": result.messages})).into_response())
 }
 
 #[derive(Debug, Deserialize)]
@@ -647,7 +637,6 @@ pub async fn rejoin(
     caller: Caller,
     Path((thread_id, run_id)): Path<(String, String)>,
     RawQuery(query): RawQuery,
-    Extension(trace): Extension<RequestTrace>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
@@ -655,6 +644,9 @@ pub async fn rejoin(
     let cursor = last_event_id(&headers)?;
     if owned.is_none() || state.store.get_run(&thread_id, &run_id).await?.is_none() {
         return Err(ApiError::NotFound(format!("Run {run_id} not found")));
+    }
+    if let Some(cursor) = cursor {
+        check_cursor(&state.streams, &*state.store, &run_id, cursor).await?;
     }
     let follow = Follow::new(
         &state.streams,
@@ -674,8 +666,7 @@ pub async fn rejoin(
         OnDisconnect::Continue
     };
     let open = state.metrics.sse_stream();
-    let response = sse_response(follow, state.heartbeat, on_disconnect, open);
-    Ok(with_trace(response, trace))
+    Ok(sse_response(follow, state.heartbeat, on_disconnect, open))
 }
 
 #[cfg(test)]

@@ -52,8 +52,10 @@ pub(crate) struct RejoinParams {
 }
 
 impl RejoinParams {
-    /// Reads `stream_mode` (repeated, or comma-separated) and `cancel_on_disconnect`;
-    /// unknown modes and non-boolean flags are 422. Other keys are ignored.
+    /// Reads `stream_mode` (repeated, or comma-separated) and `cancel_on_disconnect`
+    /// (`true`/`false`/`1`/`0`); unknown modes and non-boolean flags are 422. Other keys
+    /// the SDKs send on a rejoin (`namespace`, `checkpoint_id`) are ignored, as LangGraph
+    /// servers ignore them for a run without subgraphs.
     pub fn parse(query: Option<&str>) -> Result<Self, ApiError> {
         let mut params = RejoinParams::default();
         let mut modes: Vec<&str> = Vec::new();
@@ -102,13 +104,16 @@ impl RejoinParams {
     }
 }
 
-/// The `Last-Event-ID` header as a cursor: absent is `None`; anything but a decimal id
-/// is 422.
+/// The `Last-Event-ID` header as a cursor: absent, or `-1` (what the LangGraph SDKs send
+/// to replay a run from its start, SPEC §2.5), is `None`; anything but a decimal id is 422.
 pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);
     };
     let text = value.to_str().unwrap_or("").trim();
+    if text == "-1" {
+        return Ok(None);
+    }
     if !text.is_empty()
         && text.bytes().all(|b| b.is_ascii_digit())
         && let Ok(id) = text.parse::<u64>()
@@ -116,9 +121,54 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
         return Ok(Some(id));
     }
     Err(ApiError::Unprocessable(format!(
-        "Invalid Last-Event-ID header: expected a non-negative integer event id, got '{}'",
+        "Invalid Last-Event-ID header: expected a non-negative integer event id or -1, got '{}'",
         String::from_utf8_lossy(value.as_bytes())
     )))
+}
+
+/// How long a rejoin waits for another process's frames to reach its cursor before the
+/// cursor counts as past the end: the write-behind lags the hub by at most its linger.
+const CURSOR_CATCH_UP: Duration = Duration::from_secs(2);
+
+/// Refuses a cursor past the end of a run's stream (422): one no frame of the run ever
+/// had. A run executing here knows its last id at once; one executing elsewhere gets
+/// [`CURSOR_CATCH_UP`] for the frames its watcher saw there to be stored.
+pub(crate) async fn check_cursor(
+    streams: &Streams,
+    store: &dyn Store,
+    run_id: &str,
+    cursor: u64,
+) -> Result<(), ApiError> {
+    let past_the_end = |last_id: u64| {
+        ApiError::Unprocessable(format!(
+            "Invalid Last-Event-ID header: event id {cursor} is past the end of the run's stream (its last event id is {last_id})"
+        ))
+    };
+    let mut notices = streams.notices();
+    let deadline = tokio::time::Instant::now() + CURSOR_CATCH_UP;
+    loop {
+        if let Some(hub) = streams.hub(run_id) {
+            let last_id = hub.last_id();
+            return if cursor <= last_id {
+                Ok(())
+            } else {
+                Err(past_the_end(last_id))
+            };
+        }
+        let Some(log) = store.stream_log(run_id).await? else {
+            // A run that ended before logs existed: the follower decides.
+            return Ok(());
+        };
+        let last_id = u64::try_from(log.last_id).unwrap_or(0);
+        if cursor <= last_id {
+            return Ok(());
+        }
+        let now = tokio::time::Instant::now();
+        if log.ended || now >= deadline {
+            return Err(past_the_end(last_id));
+        }
+        wait_for_notice(&mut notices, run_id, deadline - now).await;
+    }
 }
 
 /// Waits for a notice about `run_id` (or one asking everyone to re-read), at most `limit`.
@@ -508,6 +558,18 @@ mod tests {
         let params = RejoinParams::parse(Some("cancel_on_disconnect=true&x=1")).unwrap();
         assert!(params.cancel_on_disconnect);
         assert_eq!(params.events, None);
+        // What `joinStream` of the JS SDK sends.
+        let params = RejoinParams::parse(Some(
+            "cancel_on_disconnect=0&stream_mode=messages-tuple&stream_mode=updates&stream_mode=custom&namespace=tools&checkpoint_id=1f0a-2b",
+        ))
+        .unwrap();
+        assert!(!params.cancel_on_disconnect);
+        assert_eq!(params.events, Some(vec!["messages", "updates", "custom"]));
+        assert!(
+            RejoinParams::parse(Some("cancel_on_disconnect=1"))
+                .unwrap()
+                .cancel_on_disconnect
+        );
         let Err(ApiError::Unprocessable(detail)) = RejoinParams::parse(Some("stream_mode=debug"))
         else {
             panic!("422")
@@ -522,7 +584,13 @@ mod tests {
         assert_eq!(last_event_id(&headers).unwrap(), None);
         headers.insert("last-event-id", " 42 ".parse().unwrap());
         assert_eq!(last_event_id(&headers).unwrap(), Some(42));
-        for bad in ["abc", "-1", "4.2", "", "99999999999999999999999"] {
+        headers.insert("last-event-id", "-1".parse().unwrap());
+        assert_eq!(
+            last_event_id(&headers).unwrap(),
+            None,
+            "-1 is from the start"
+        );
+        for bad in ["abc", "-2", "- 1", "4.2", "", "99999999999999999999999"] {
             headers.insert("last-event-id", bad.parse().unwrap());
             assert!(
                 matches!(last_event_id(&headers), Err(ApiError::Unprocessable(_))),

@@ -172,6 +172,11 @@ impl Hub {
         state.evict();
     }
 
+    /// The id of the latest frame pushed (0 before the first).
+    pub fn last_id(&self) -> u64 {
+        self.lock().last_id
+    }
+
     /// Whether the final frame was pushed.
     pub fn is_finished(&self) -> bool {
         self.lock().finished

@@ -170,7 +170,8 @@ pub(crate) async fn recover_orphans(state: &AppState, scope: OrphanScope) -> usi
 }
 
 /// Makes one orphan `error`/`orphan_recovered`, closes its log with `error` and `end`,
-/// and records the failure as a `run.error` event with the thread in `error`.
+/// and records the failure as `run.error` and `run.end` (`recovered: true`) events with
+/// the thread in `error`.
 async fn recover(state: &AppState, orphan: &OrphanedRun, scope: OrphanScope) -> bool {
     let update = RunStatusUpdate {
         status: RunStatus::Error,
@@ -215,9 +216,18 @@ async fn recover(state: &AppState, orphan: &OrphanedRun, scope: OrphanScope) -> 
             json!(ORPHAN_MESSAGE),
             metadata,
         )
+        .with_user(owner.clone());
+        // After the takeover made the status durable: the run's one `run.end` (SPEC §5.2).
+        let end = NewEvent::run_end(
+            &recovered.thread_id,
+            run_id,
+            RunStatus::Error,
+            json!({}),
+            true,
+        )
         .with_user(owner);
-        if let Err(error) = state.store.append(&[event]).await {
-            tracing::error!(%error, run_id, "recording the recovery as run.error failed");
+        if let Err(error) = state.store.append(&[event, end]).await {
+            tracing::error!(%error, run_id, "recording the recovery as run.error and run.end failed");
         }
         if let Err(error) = state
             .store

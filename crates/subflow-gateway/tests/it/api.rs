@@ -257,8 +257,39 @@ async fn every_response_carries_exactly_one_trace_id_following_the_precedence_ru
     let ids = trace_ids(invalid.headers());
     assert_eq!(ids.len(), 1);
     assert_eq!(ids[0].len(), 32, "an invalid id is replaced by a fresh one");
-    let streamed = app.stream_run("t-trace", json!({"input": {"messages": [{"role": "user", "content": "/echo x"}]}, "config": {"metadata": {"deerflow_trace_id": "from-body"}}})).await;
-    assert_eq!(trace_ids(&streamed.headers), ["from-body"]);
+    // A client's deerflow_trace_id names nothing: the request's id overwrites it (SPEC §8.1).
+    let streamed = app
+        .client
+        .post(app.url("/api/threads/t-trace/runs/stream"))
+        .header("x-trace-id", "the-request")
+        .json(
+            &json!({"input": {"messages": [{"role": "user", "content": "/echo x"}]},
+            "config": {"metadata": {"deerflow_trace_id": "from-body", "keep": 1}},
+            "metadata": {"deerflow_trace_id": "from-body"},
+            "context": {"deerflow_trace_id": "from-body"}}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(trace_ids(streamed.headers()), ["the-request"]);
+    let frames = crate::parse_frames(&streamed.text().await.unwrap());
+    let run_id = frames[0].data["run_id"].as_str().unwrap();
+    let (_, _, run) = app
+        .get_json(&format!("/api/threads/t-trace/runs/{run_id}"))
+        .await;
+    assert_eq!(run["trace_id"], "the-request");
+    assert_eq!(run["metadata"]["deerflow_trace_id"], "the-request");
+    assert_eq!(
+        run["kwargs"]["config"]["metadata"],
+        json!({"deerflow_trace_id": "the-request", "keep": 1})
+    );
+    assert_eq!(run["kwargs"]["context"]["deerflow_trace_id"], "the-request");
+    let (_, _, state) = app.get_json("/api/threads/t-trace/state").await;
+    assert_eq!(state["metadata"]["deerflow_trace_id"], "the-request");
+    let without_header = app.stream_run("t-trace-2", json!({"input": {"messages": [{"role": "user", "content": "/echo x"}]}, "config": {"metadata": {"deerflow_trace_id": "from-body"}}})).await;
+    let fresh = trace_ids(&without_header.headers);
+    assert_eq!(fresh.len(), 1);
+    assert_eq!(fresh[0].len(), 32, "a fresh id, not the body's: {fresh:?}");
     let (_, _, models) = app.get_json("/api/models").await;
     assert_eq!(models["token_usage"]["enabled"], true);
     assert_eq!(models["models"][0]["name"], "scripted");

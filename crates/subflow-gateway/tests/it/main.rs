@@ -15,6 +15,7 @@ use subflow_store::spill::SpillFile;
 mod api;
 mod auth;
 mod export;
+mod langgraph;
 mod lifecycle;
 mod metrics;
 mod resume;

@@ -320,7 +320,9 @@ async fn bad_cursors_and_modes_are_422_and_unknown_runs_404() {
         .stream_run("t-bad", demo_request(&["values"], "cancel"))
         .await;
     let run_id = streamed.frames[0].data["run_id"].as_str().unwrap();
-    for cursor in ["abc", "-1", "1.5"] {
+    let last = streamed.frames.last().unwrap().id.clone().unwrap();
+    let past_the_end = (last.parse::<u64>().unwrap() + 1).to_string();
+    for cursor in ["abc", "-2", "1.5", &past_the_end] {
         let response = app.rejoin_response("t-bad", run_id, Some(cursor), "").await;
         assert_eq!(response.status(), 422, "{cursor}");
         let body: Value = response.json().await.unwrap();

@@ -4,6 +4,7 @@
 mod demo;
 mod detached;
 mod harness;
+mod lifecycle;
 mod loops;
 mod observers;
 mod paths;

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value, json};
 use subflow_contracts::task_events::map_task_event;
-use subflow_contracts::{EventCategory, EventType, MiddlewareTag, NewEvent, RunEvent};
+use subflow_contracts::{EventCategory, EventType, MiddlewareTag, NewEvent};
 use uuid::Uuid;
 
 use super::{all_events, assert_conforms, assert_strictly_increasing, event, step, trace};
@@ -31,6 +31,7 @@ macro_rules! event_conformance_tests {
             message_projection_holds_only_message_records,
             concurrent_writers_to_one_thread_never_collide,
             a_full_run_history_conforms_to_both_contracts,
+            created_at_is_when_the_event_happened,
             identical_histories_give_identical_results,
         );
     };
@@ -561,8 +562,37 @@ pub async fn a_full_run_history_conforms_to_both_contracts(store: Arc<dyn Store>
     }
 }
 
-/// The same history gives the same pages on this backend as on the in-memory reference
-/// (all but `created_at`, the write time).
+/// A record keeps the `created_at` its producer gave it (SPEC §5.1): a batch written
+/// later, or flushed with records of other moments, says when each event happened.
+pub async fn created_at_is_when_the_event_happened(store: Arc<dyn Store>) {
+    let moments = [
+        "2026-03-01T09:00:00.000001Z",
+        "2026-03-01T09:00:00.250000Z",
+        "2026-03-01T09:00:07.999999Z",
+    ];
+    let batch: Vec<NewEvent> = moments
+        .iter()
+        .enumerate()
+        .map(|(n, at)| {
+            let mut record = step("t1", "r1", "call_a", n as u64 + 1);
+            record.created_at = (*at).to_owned();
+            record
+        })
+        .collect();
+    store.append(&batch).await.unwrap();
+    let emitted = trace("t1", "r1", 9);
+    store.append(std::slice::from_ref(&emitted)).await.unwrap();
+    let back = all_events(&*store, "t1", "r1").await;
+    let stamps: Vec<&str> = back.iter().map(|r| r.created_at.as_str()).collect();
+    assert_eq!(
+        stamps,
+        [moments[0], moments[1], moments[2], &emitted.created_at]
+    );
+    assert_conforms(&back);
+}
+
+/// The same history gives the same pages, `created_at` included, on this backend as on
+/// the in-memory reference.
 pub async fn identical_histories_give_identical_results(store: Arc<dyn Store>) {
     let reference = crate::MemoryStore::new();
     let mut history = full_run_history("t1", "r1");
@@ -573,12 +603,6 @@ pub async fn identical_histories_give_identical_results(store: Arc<dyn Store>) {
         store.append(part).await.unwrap();
         reference.append(part).await.unwrap();
     }
-    let strip = |mut records: Vec<RunEvent>| {
-        for record in &mut records {
-            record.created_at.clear();
-        }
-        records
-    };
     let mut queries = vec![EventQuery::run("t1", "r1")];
     let mut by_task = EventQuery::run("t1", "r1");
     by_task.task_id = Some("call_1".into());
@@ -593,15 +617,15 @@ pub async fn identical_histories_give_identical_results(store: Arc<dyn Store>) {
     ]);
     queries.push(by_type);
     for query in queries {
-        let ours = strip(store.list_events(&query).await.unwrap());
-        let theirs = strip(reference.list_events(&query).await.unwrap());
+        let ours = store.list_events(&query).await.unwrap();
+        let theirs = reference.list_events(&query).await.unwrap();
         assert_eq!(
             serde_json::to_string(&ours).unwrap(),
             serde_json::to_string(&theirs).unwrap(),
             "{query:?}"
         );
     }
-    let ours = strip(store.list_messages("t1").await.unwrap());
-    let theirs = strip(reference.list_messages("t1").await.unwrap());
+    let ours = store.list_messages("t1").await.unwrap();
+    let theirs = reference.list_messages("t1").await.unwrap();
     assert_eq!(ours, theirs);
 }

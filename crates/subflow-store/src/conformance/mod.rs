@@ -3,7 +3,8 @@
 //! A backend's integration tests invoke [`conformance_tests!`](crate::conformance_tests)
 //! with an async factory returning a fresh, empty [`Fixture`]; the macro expands to one
 //! test per case. Every record a case reads back is validated against subflow's event
-//! contract and against the reference contract vendored in `contracts/reference/`.
+//! contract and against both versions of the reference contract vendored in
+//! `contracts/reference/`.
 
 use std::any::Any;
 use std::collections::HashMap;
@@ -209,18 +210,45 @@ pub fn our_contract() -> ContractValidator {
     ContractValidator::load(&repository_root().join("contracts/run_event_stream_contract.json"))
 }
 
-/// DeerFlow's contract, vendored in `contracts/reference/`.
+/// DeerFlow's contract from before its 2.1 release, vendored in `contracts/reference/`.
 pub fn reference_contract() -> ContractValidator {
     ContractValidator::load(
         &repository_root().join("contracts/reference/deerflow_run_event_stream_contract.json"),
     )
 }
 
-/// Asserts every record validates against both contracts.
+/// DeerFlow's 2.1 contract, vendored in `contracts/reference/`.
+pub fn reference_contract_2_1() -> ContractValidator {
+    ContractValidator::load(
+        &repository_root()
+            .join("contracts/reference/deerflow_run_event_stream_contract.v2026-09.json"),
+    )
+}
+
+/// Asserts every record validates against our contract and both reference versions.
+///
+/// The one record the older reference cannot describe is a `run.end` whose status is
+/// not `success`: before 2.1 the reference froze `run.end` as a success marker
+/// (`metadata.status` const `success`) and wrote none for other endings (its known gap
+/// `terminal-run-status`). Such a record must validate against 2.1 and fail the older
+/// file on that constant alone.
 pub fn assert_conforms(records: &[RunEvent]) {
-    for contract in [our_contract(), reference_contract()] {
+    let before_2_1 = reference_contract();
+    let name = before_2_1.name.clone();
+    for contract in [our_contract(), before_2_1, reference_contract_2_1()] {
         for record in records {
-            if let Err(problem) = contract.check(record) {
+            let result = contract.check(record);
+            if contract.name == name && ends_without_success(record) {
+                let problem = result.expect_err("the older reference knows only a success run.end");
+                assert!(
+                    problem.starts_with("metadata:")
+                        && problem.contains("\"success\" was expected"),
+                    "record seq {} (run.end) fails {name} on more than its status: {problem}",
+                    record.seq
+                );
+                continue;
+            }
+            if let Err(problem) = result {
                 panic!(
                     "record seq {} ({}) violates {}: {problem}\n{record:#?}",
                     record.seq, record.event_type, contract.name
@@ -228,6 +256,12 @@ pub fn assert_conforms(records: &[RunEvent]) {
             }
         }
     }
+}
+
+/// A `run.end` of a run that did not succeed.
+pub fn ends_without_success(record: &RunEvent) -> bool {
+    record.event_type == "run.end"
+        && record.metadata.get("status").and_then(Value::as_str) != Some("success")
 }
 
 // ---------------------------------------------------------------------------------

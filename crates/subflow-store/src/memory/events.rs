@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use subflow_contracts::{EventCategory, NewEvent, RunEvent};
 
 use crate::events::{AppendOutcome, EventQuery, EventStore};
-use crate::{MemoryStore, Result, now_rfc3339, validate_batch};
+use crate::{MemoryStore, Result, validate_batch};
 
 #[async_trait]
 impl EventStore for MemoryStore {
@@ -17,7 +17,6 @@ impl EventStore for MemoryStore {
         let inner = &mut *inner;
         let rows = inner.events.entry(first.thread_id.clone()).or_default();
         let mut next_seq = rows.last().map_or(0, |row| row.seq) + 1;
-        let created_at = now_rfc3339();
         let mut outcome = AppendOutcome::default();
         for event in batch {
             if !inner.event_ids.insert(event.event_id) {
@@ -32,7 +31,7 @@ impl EventStore for MemoryStore {
                 category: event.category.clone(),
                 content: event.content_value(),
                 metadata: event.metadata_map(),
-                created_at: created_at.clone(),
+                created_at: event.created_at.clone(),
                 user_id: event.user_id.clone(),
                 event_id: event.event_id,
             });

@@ -4,6 +4,7 @@ mod admin;
 mod cli;
 mod client;
 mod config;
+mod recovery;
 mod sdk;
 mod tidy;
 mod web;
