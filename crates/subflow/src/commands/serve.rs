@@ -13,7 +13,7 @@ use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
 use subflow_telemetry::{Metrics, OtlpExporter};
 
-use super::config::ConfigArgs;
+use super::DatabaseArgs;
 use crate::config::{AuthMode, Config};
 use crate::storage::{data_dir, redact};
 
@@ -21,13 +21,10 @@ use crate::storage::{data_dir, redact};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    config: ConfigArgs,
+    database: DatabaseArgs,
     /// Address to listen on (`server.listen`).
     #[arg(long)]
     listen: Option<String>,
-    /// Database URL (`database.url`).
-    #[arg(long = "database-url")]
-    database_url: Option<String>,
     /// Do not run the in-process batch worker.
     #[arg(long)]
     no_worker: bool,
@@ -91,14 +88,11 @@ async fn shutdown_signal() {
 
 /// Runs `subflow serve`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let mut overrides = Vec::new();
+    let mut overrides = args.database.overrides();
     if let Some(listen) = &args.listen {
         overrides.push(("server.listen", listen.as_str()));
     }
-    if let Some(url) = &args.database_url {
-        overrides.push(("database.url", url.as_str()));
-    }
-    let built = args.config.load_and_build(&overrides)?;
+    let built = args.database.config().load_and_build(&overrides)?;
     let config = built.config;
     crate::logging::init(
         &config.logging.level,
