@@ -147,7 +147,8 @@ impl ActiveRuns {
 /// The implicit user of `auth.mode = local` (SPEC §13), and the owner of what it creates.
 pub const LOCAL_USER: &str = "default";
 
-/// Every route, with the trace-id layer outermost so errors carry the header too.
+/// Every route and, in order, every layer: the request counter outermost, then the
+/// trace-id layer around everything else, so errors carry the header too.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(routes::health))
