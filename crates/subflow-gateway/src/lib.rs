@@ -10,6 +10,7 @@
 // The OpenAPI document is one large `json!` literal.
 #![recursion_limit = "256"]
 
+mod app;
 pub mod auth;
 mod error;
 mod metrics;
@@ -32,6 +33,7 @@ use subflow_runtime::runtime::Runtime;
 use subflow_store::Store;
 use subflow_telemetry::Metrics;
 
+pub use app::AppOptions;
 pub use auth::{AuthMode, Caller};
 pub use error::ApiError;
 
@@ -66,7 +68,7 @@ impl ModelListing {
     }
 }
 
-/// Everything the routes share.
+/// Everything the routes share; built by [`AppOptions::build`].
 #[derive(Debug, Clone)]
 pub struct AppState {
     /// The agent runtime.
@@ -99,37 +101,6 @@ pub struct AppState {
     pub web_enabled: bool,
     /// Run streams: hubs, the durable log, leases (`streams.*`, `runs.lease_seconds`).
     pub streams: stream::Streams,
-}
-
-impl AppState {
-    /// The state with the defaults of SPEC §1.2: token usage shown, no prices, a one-hour
-    /// run timeout, heartbeats every 15 s, no extra CORS origins, `local` auth, and
-    /// `/metrics` served (admin-only in token mode) from a fresh registry that `runtime`
-    /// is wired to count into.
-    pub fn new(runtime: Runtime, store: Arc<dyn Store>, models: Vec<ModelListing>) -> Self {
-        let metrics = Arc::new(Metrics::new(
-            runtime.store_counters().clone(),
-            runtime.observer_counters().clone(),
-        ));
-        let runtime = runtime.with_metrics(metrics.clone());
-        AppState {
-            runtime,
-            store,
-            models,
-            token_usage_enabled: true,
-            model_facts: Vec::new(),
-            run_timeout: Duration::from_secs(3600),
-            heartbeat: Duration::from_secs(15),
-            active: ActiveRuns::default(),
-            cors_origins: Vec::new(),
-            auth: AuthMode::Local,
-            metrics,
-            metrics_enabled: true,
-            metrics_public: false,
-            web_enabled: true,
-            streams: stream::Streams::default(),
-        }
-    }
 }
 
 /// The runs executing in this process: their cancel tokens and a signal when they end.
@@ -176,7 +147,8 @@ impl ActiveRuns {
 /// The implicit user of `auth.mode = local` (SPEC §13), and the owner of what it creates.
 pub const LOCAL_USER: &str = "default";
 
-/// Every route, with the trace-id layer outermost so errors carry the header too.
+/// Every route and, in order, every layer: the request counter outermost, then the
+/// trace-id layer around everything else, so errors carry the header too.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/health", get(routes::health))

@@ -7,10 +7,13 @@ use std::time::Duration;
 
 use subflow_models::ChatModel;
 use subflow_store::Store;
-use subflow_store::buffer::{BufferPolicy, EventBuffer, EventScope, RetryQueue, StoreCounters};
+use subflow_store::buffer::{
+    BufferPolicy, EventBuffer, EventScope, RetryPolicy, RetryQueue, StoreCounters,
+};
+use subflow_store::spill::SpillFile;
 use tokio_util::sync::CancellationToken;
 
-use crate::admission::Admission;
+use crate::admission::{Admission, AdmissionConfig};
 use crate::guards::{LoopDetectionConfig, LoopDetector, TokenBudgetConfig};
 use crate::journal::Journal;
 use crate::metrics::{NoMetrics, RuntimeMetrics};
@@ -116,6 +119,79 @@ impl Models {
     }
 }
 
+/// What a [`Runtime`] is built from, by name; [`RuntimeOptions::build`] is the one place
+/// the retry queue is spawned and the parts are wired together.
+#[derive(Debug)]
+pub struct RuntimeOptions {
+    /// The store every run writes to.
+    pub store: Arc<dyn Store>,
+    /// The configured models, the first being the default.
+    pub models: Models,
+    /// Where the retry queue's spill file lives (the data directory).
+    pub spill_dir: PathBuf,
+    /// The runtime configuration; by default SPEC §1.2 with workspaces in
+    /// `<spill_dir>/workspaces`.
+    pub config: RuntimeConfig,
+    /// `subagent_runtime.*`.
+    pub admission: AdmissionConfig,
+    /// How the retry queue retries and when it spills.
+    pub retry: RetryPolicy,
+    /// Task observers (SPEC §11); none by default.
+    pub observers: ObserverSet,
+    /// Where spans go (SPEC §9) and the `env:` tag; no export by default.
+    pub spans: Option<(Arc<dyn SpanSink>, Option<String>)>,
+}
+
+impl RuntimeOptions {
+    /// The defaults around `store` and `models`, with the data directory `data_dir`.
+    pub fn new(store: Arc<dyn Store>, models: Vec<Arc<dyn ChatModel>>, data_dir: PathBuf) -> Self {
+        RuntimeOptions {
+            store,
+            models: Models::new(models),
+            config: RuntimeConfig::with_defaults(data_dir.join("workspaces")),
+            spill_dir: data_dir,
+            admission: AdmissionConfig::default(),
+            retry: RetryPolicy::default(),
+            observers: ObserverSet::new(),
+            spans: None,
+        }
+    }
+
+    /// Spawns the retry queue (spilling into `spill_dir`) and wires the runtime; needs a
+    /// tokio runtime.
+    pub fn build(self) -> Runtime {
+        let counters = Arc::new(StoreCounters::default());
+        let retry = RetryQueue::spawn(
+            self.store.clone(),
+            Arc::new(SpillFile::in_dir(&self.spill_dir)),
+            self.retry,
+            counters.clone(),
+        );
+        let lead_loops = self.config.loop_detection.enabled.then(|| {
+            Arc::new(Mutex::new(LoopDetector::new(
+                self.config.loop_detection.clone(),
+            )))
+        });
+        let runtime = Runtime {
+            lead_loops,
+            config: Arc::new(self.config),
+            store: self.store,
+            models: self.models,
+            admission: Admission::new(self.admission),
+            retry,
+            counters,
+            observers: self.observers,
+            spans: None,
+            environment: None,
+            metrics: Arc::new(NoMetrics),
+        };
+        match self.spans {
+            Some((sink, environment)) => runtime.with_spans(sink, environment),
+            None => runtime,
+        }
+    }
+}
+
 /// The parts every run shares: store, models, admission slots, retry queue.
 #[derive(Debug, Clone)]
 pub struct Runtime {
@@ -136,34 +212,6 @@ pub struct Runtime {
 }
 
 impl Runtime {
-    /// A runtime over these parts.
-    pub fn new(
-        config: RuntimeConfig,
-        store: Arc<dyn Store>,
-        models: Models,
-        admission: Admission,
-        retry: RetryQueue,
-        counters: Arc<StoreCounters>,
-    ) -> Self {
-        let lead_loops = config
-            .loop_detection
-            .enabled
-            .then(|| Arc::new(Mutex::new(LoopDetector::new(config.loop_detection.clone()))));
-        Runtime {
-            lead_loops,
-            config: Arc::new(config),
-            store,
-            models,
-            admission,
-            retry,
-            counters,
-            observers: ObserverSet::new(),
-            spans: None,
-            environment: None,
-            metrics: Arc::new(NoMetrics),
-        }
-    }
-
     /// Records a trace per run and per subagent execution into `sink` (SPEC §9);
     /// `environment` is the `env:` tag (`tracing.environment`).
     pub fn with_spans(mut self, sink: Arc<dyn SpanSink>, environment: Option<String>) -> Self {
@@ -176,6 +224,11 @@ impl Runtime {
     pub fn with_metrics(mut self, metrics: Arc<dyn RuntimeMetrics>) -> Self {
         self.metrics = metrics;
         self
+    }
+
+    /// The retry queue; shut it down last, so what it holds is spilled.
+    pub fn retry_queue(&self) -> &RetryQueue {
+        &self.retry
     }
 
     /// The event-store counters behind the `subflow_event_store_*` metrics.

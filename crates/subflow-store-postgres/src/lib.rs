@@ -23,13 +23,18 @@ mod streams;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 
+use std::time::Duration;
+
 use serde_json::{Map, Value};
-use sqlx::postgres::{PgPoolOptions, PgRow};
-use sqlx::{PgPool, Postgres, Row};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions, PgRow};
+use sqlx::{Connection, PgConnection, PgPool, Postgres, Row};
 use subflow_store::{Error, Result};
 
 /// The embedded schema migrations, applied by [`PostgresStore::connect`].
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// How long the first connection may take before the server counts as unreachable.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// A [`subflow_store::Store`] on a PostgreSQL connection pool; cheap to clone.
 #[derive(Debug, Clone)]
@@ -40,14 +45,32 @@ pub struct PostgresStore {
 impl PostgresStore {
     /// Connects to `url` with a pool of at most `max_connections` and applies the migrations.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
-        let pool = PgPoolOptions::new()
-            .max_connections(max_connections)
-            .connect(url)
-            .await
-            .map_err(Error::backend)?;
-        let store = PostgresStore::from_pool(pool);
+        let store = PostgresStore::open(url, max_connections).await?;
         store.migrate().await?;
         Ok(store)
+    }
+
+    /// Connects to `url` with a pool of at most `max_connections`, without migrating.
+    /// A server that refuses, or does not answer within [`CONNECT_TIMEOUT`], is an error
+    /// at once: the pool alone would retry until its 30 s acquire timeout.
+    pub async fn open(url: &str, max_connections: u32) -> Result<Self> {
+        let options: PgConnectOptions = url.parse().map_err(Error::backend)?;
+        let probe = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| {
+                Error::backend(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("no answer within {} s", CONNECT_TIMEOUT.as_secs()),
+                ))
+            })?
+            .map_err(Error::backend)?;
+        probe.close().await.ok();
+        let pool = PgPoolOptions::new()
+            .max_connections(max_connections)
+            .connect_with(options)
+            .await
+            .map_err(Error::backend)?;
+        Ok(PostgresStore::from_pool(pool))
     }
 
     /// A store on an existing pool whose database is already migrated.

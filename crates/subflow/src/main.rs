@@ -1,6 +1,25 @@
 //! The `subflow` binary: the command line and the composition root. It is the only
 //! crate that reads configuration and the only one that picks a storage backend.
 
+/// `print!` returning an `io::Result` instead of panicking, so a closed stdout
+/// (`subflow … | head`) ends the command normally (see `exit_code`).
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        write!(stdout, $($arg)*).and_then(|()| stdout.flush())
+    }};
+}
+
+/// `println!` returning an `io::Result`, as [`out!`] does.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, $($arg)*).and_then(|()| stdout.flush())
+    }};
+}
+
 mod commands;
 mod config;
 mod logging;
@@ -96,16 +115,35 @@ fn main() -> ExitCode {
     });
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            if let Some(exit) = error.downcast_ref::<commands::Exit>() {
-                eprintln!("subflow: {}", exit.message);
-                return ExitCode::from(exit.code);
-            }
-            eprintln!("subflow: {error:#}");
-            let usage = error.downcast_ref::<storage::UnsupportedUrl>().is_some()
-                || error.downcast_ref::<commands::UsageError>().is_some()
-                || error.downcast_ref::<config::ConfigError>().is_some();
-            ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
-        }
+        Err(error) => exit_code(&error),
     }
+}
+
+/// Prints `error` on stderr (unless stdout was closed) and picks its exit code.
+fn exit_code(error: &anyhow::Error) -> ExitCode {
+    // `subflow … | head`: the reader has all it wanted, so the command ends normally.
+    let closed_pipe = error.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    });
+    if closed_pipe {
+        return ExitCode::SUCCESS;
+    }
+    if let Some(exit) = error.downcast_ref::<commands::Exit>() {
+        eprintln!("subflow: {}", exit.message);
+        return ExitCode::from(exit.code);
+    }
+    eprintln!("subflow: {error:#}");
+    let usage = error.downcast_ref::<storage::UnsupportedUrl>().is_some()
+        || error.downcast_ref::<storage::MissingDatabase>().is_some()
+        || error
+            .downcast_ref::<storage::UnreachableDatabase>()
+            .is_some()
+        || error.downcast_ref::<commands::UsageError>().is_some()
+        || error.downcast_ref::<config::ConfigError>().is_some()
+        || error
+            .downcast_ref::<commands::client::HttpError>()
+            .is_some_and(commands::client::HttpError::is_usage_error);
+    ExitCode::from(if usage { EXIT_USAGE } else { EXIT_RUNTIME })
 }

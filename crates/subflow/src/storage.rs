@@ -8,13 +8,34 @@ use subflow_store::Store;
 use subflow_store_postgres::PostgresStore;
 use subflow_store_sqlite::SqliteStore;
 
-/// The default database: a SQLite file in the working directory.
-pub const DEFAULT_DATABASE_URL: &str = "sqlite://subflow.db";
-
 /// A `database.url` naming no supported backend.
 #[derive(Debug, thiserror::Error)]
 #[error("database.url '{0}' is not supported: use sqlite://PATH or postgres://USER@HOST:PORT/DB")]
 pub struct UnsupportedUrl(pub String);
+
+/// A database that must exist and does not; a configuration error (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no database at {} (database.url = {url}); `subflow migrate` creates it (with the same \
+     --config, --database-url or SUBFLOW__DATABASE__URL), or point database.url at an existing one",
+    path.display()
+)]
+pub struct MissingDatabase {
+    /// Where the file was looked for.
+    pub path: PathBuf,
+    /// The URL that named it.
+    pub url: String,
+}
+
+/// A database server that cannot be reached; a configuration error (exit code 2).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to PostgreSQL at {url} (database.url): {cause}")]
+pub struct UnreachableDatabase {
+    /// The URL, password hidden.
+    pub url: String,
+    /// Why, from the driver.
+    pub cause: subflow_store::Error,
+}
 
 /// The backend a URL selects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,7 +69,8 @@ pub enum Backend {
 }
 
 impl Backend {
-    /// Opens the database at `url` and applies the embedded migrations.
+    /// Opens the database at `url`, creating a missing SQLite file, and applies the
+    /// embedded migrations.
     pub async fn open(url: &str, max_connections: u32) -> anyhow::Result<Self> {
         Ok(match BackendKind::of(url)? {
             BackendKind::Sqlite => Backend::Sqlite(
@@ -56,12 +78,37 @@ impl Backend {
                     .await
                     .with_context(|| format!("opening SQLite database {url}"))?,
             ),
-            BackendKind::Postgres => Backend::Postgres(
-                PostgresStore::connect(url, max_connections)
+            BackendKind::Postgres => {
+                let store = PostgresStore::open(url, max_connections)
                     .await
-                    .with_context(|| format!("connecting to PostgreSQL at {}", redact(url)))?,
-            ),
+                    .map_err(|cause| UnreachableDatabase {
+                        url: redact(url),
+                        cause,
+                    })?;
+                store
+                    .migrate()
+                    .await
+                    .with_context(|| format!("migrating PostgreSQL at {}", redact(url)))?;
+                Backend::Postgres(store)
+            }
         })
+    }
+
+    /// [`Backend::open`] for commands that administer an existing database: a SQLite
+    /// file that does not exist is [`MissingDatabase`], never created.
+    pub async fn open_existing(url: &str, max_connections: u32) -> anyhow::Result<Self> {
+        BackendKind::of(url)?;
+        if let Some(path) = sqlite_file(url)
+            && !path.exists()
+        {
+            let path = std::path::absolute(&path).unwrap_or(path);
+            return Err(MissingDatabase {
+                path,
+                url: url.to_owned(),
+            }
+            .into());
+        }
+        Backend::open(url, max_connections).await
     }
 
     /// The store behind the traits the rest of subflow uses.
@@ -81,13 +128,19 @@ impl Backend {
     }
 }
 
-/// The data directory: beside the SQLite file, else the working directory.
-pub fn data_dir(url: &str) -> PathBuf {
+/// The file a `sqlite:` URL names; `None` for other backends and in-memory databases.
+fn sqlite_file(url: &str) -> Option<PathBuf> {
     url.strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
         .map(|path| path.split('?').next().unwrap_or(path))
-        .filter(|path| !path.starts_with(":memory:"))
-        .and_then(|path| PathBuf::from(path).parent().map(PathBuf::from))
+        .filter(|path| !path.is_empty() && !path.starts_with(":memory:"))
+        .map(PathBuf::from)
+}
+
+/// The data directory: beside the SQLite file, else the working directory.
+pub fn data_dir(url: &str) -> PathBuf {
+    sqlite_file(url)
+        .and_then(|path| path.parent().map(PathBuf::from))
         .filter(|dir| !dir.as_os_str().is_empty())
         .unwrap_or_else(|| PathBuf::from("."))
 }

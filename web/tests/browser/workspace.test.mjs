@@ -356,6 +356,7 @@ describe("token mode", () => {
       config,
       prepare: (dir) => {
         const file = join(dir, "subflow.toml");
+        subflowCli(dir, ["migrate", "--config", file]);
         subflowCli(dir, ["users", "add", "alice", "--config", file]);
         token = /sf_[A-Za-z0-9_-]{43}/.exec(subflowCli(dir, ["tokens", "create", "--user", "alice", "--perm", "admin", "--config", file]))[0];
       },

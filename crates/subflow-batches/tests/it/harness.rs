@@ -7,13 +7,11 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use subflow_batches::{AttemptEnd, Options, Step, Worker, WorkerMetrics};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
-use subflow_runtime::admission::{Admission, AdmissionConfig};
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
+use subflow_runtime::admission::AdmissionConfig;
+use subflow_runtime::runtime::{Runtime, RuntimeOptions};
 use subflow_runtime::subagent::{ExecutionSpec, SubagentDefinition, SubmittedBy};
 use subflow_store::MemoryStore;
 use subflow_store::batches::{BatchScope, Clock, ManualClock};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
 use subflow_store::{
     BatchItem, BatchRecord, BatchStore, ItemQuery, NewBatch, NewItem, NewThread, Store,
 };
@@ -85,21 +83,11 @@ pub async fn env(backend: Backend, rules: Value, admission: AdmissionConfig) -> 
         })
         .unwrap(),
     );
-    let counters = Arc::new(StoreCounters::default());
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        Arc::new(SpillFile::in_dir(dir.path())),
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let runtime = Runtime::new(
-        RuntimeConfig::with_defaults(dir.path().join("workspaces")),
-        store.clone(),
-        Models::new(vec![model]),
-        Admission::new(admission),
-        retry,
-        counters,
-    );
+    let runtime = RuntimeOptions {
+        admission,
+        ..RuntimeOptions::new(store.clone(), vec![model], dir.path().to_path_buf())
+    }
+    .build();
     Env {
         store,
         runtime,

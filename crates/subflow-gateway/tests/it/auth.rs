@@ -9,10 +9,20 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use subflow_contracts::auth::token_digest;
 use subflow_contracts::{Permission, Permissions};
+use subflow_gateway::AuthMode;
 use subflow_store::{NewToken, User};
 use time::OffsetDateTime;
 
-use crate::{TestApp, spawn_token_app};
+use crate::{Options, TestApp, spawn_app_with};
+
+/// A gateway in `auth.mode = token`: every `/api` call needs a bearer token.
+async fn spawn_token_app() -> TestApp {
+    spawn_app_with(Options {
+        auth: AuthMode::Token,
+        ..Options::default()
+    })
+    .await
+}
 
 /// The permission of each route per SPEC §2.1, §6 and §7.3.
 const SPEC_PERMISSIONS: &[(&str, &str, &str)] = &[

@@ -2,13 +2,11 @@
 //! `config.metadata.langfuse_*` reach the lead trace.
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use serde_json::json;
-use subflow_gateway::AuthMode;
 use subflow_runtime::spans::{AttributeValue, SpanData, SpanSink};
 
-use crate::spawn_app_tweaked;
+use crate::{Options, spawn_app_with};
 
 /// Keeps every span.
 #[derive(Debug, Default)]
@@ -31,8 +29,9 @@ fn text(span: &SpanData, key: &str) -> String {
 async fn a_traceparent_and_langfuse_metadata_reach_the_lead_trace() {
     let kept = Arc::new(Kept::default());
     let sink = kept.clone();
-    let app = spawn_app_tweaked(AuthMode::Local, 0, Duration::from_secs(15), |state| {
-        state.runtime = state.runtime.clone().with_spans(sink, Some("ci".into()));
+    let app = spawn_app_with(Options {
+        configure: Box::new(move |app| app.runtime.spans = Some((sink, Some("ci".into())))),
+        ..Options::default()
     })
     .await;
     let response = app

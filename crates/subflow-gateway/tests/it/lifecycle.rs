@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::{parse_frames, spawn_app, spawn_app_with};
+use crate::{Options, parse_frames, spawn_app, spawn_app_with};
 
 /// Starts a streamed run and reads until its `metadata` frame; returns the run id and
 /// the response, whose body holds the rest of the stream.
@@ -43,7 +43,11 @@ async fn read_rest(mut response: reqwest::Response, mut seen: String) -> String 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_interrupts_a_streaming_run_which_still_ends_its_stream() {
-    let app = spawn_app_with(150, Duration::from_secs(15)).await;
+    let app = spawn_app_with(Options {
+        delay_ms: 150,
+        ..Options::default()
+    })
+    .await;
     let (run_id, response, seen) = start_streaming(&app, "t-cancel", json!({"input": {"messages": [{"role": "user", "content": "Plan a long trip"}]}, "stream_mode": ["custom"]})).await;
     let cancelled = app
         .client
@@ -142,7 +146,12 @@ async fn a_rollback_deletes_the_run_its_events_and_its_checkpoints() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_streams_carry_heartbeats_without_ids() {
-    let app = spawn_app_with(60, Duration::from_millis(100)).await;
+    let app = spawn_app_with(Options {
+        delay_ms: 60,
+        heartbeat: Duration::from_millis(100),
+        ..Options::default()
+    })
+    .await;
     let streamed = app.stream_run("t-hb", json!({"input": {"messages": [{"role": "user", "content": "Think slowly"}]}, "stream_mode": ["custom"]})).await;
     assert!(
         streamed.text.contains(": heartbeat\n\n"),
@@ -274,7 +283,11 @@ async fn final_status(app: &crate::TestApp, thread: &str, run_id: &str) -> Strin
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn losing_the_client_cancels_the_run_unless_it_asked_to_continue() {
-    let app = spawn_app_with(40, Duration::from_secs(15)).await;
+    let app = spawn_app_with(Options {
+        delay_ms: 40,
+        ..Options::default()
+    })
+    .await;
     let body = |mode: &str| json!({"input": {"messages": [{"role": "user", "content": "Write a long plan"}]}, "stream_mode": ["custom"], "on_disconnect": mode});
     let (cancelled_run, response, _) = start_streaming(&app, "t-dc1", body("cancel")).await;
     drop(response);
@@ -291,7 +304,11 @@ async fn losing_the_client_cancels_the_run_unless_it_asked_to_continue() {
 /// keeps its record; `rollback` stops it and erases it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn multitask_strategies_reject_interrupt_or_roll_back_the_active_run() {
-    let app = spawn_app_with(150, Duration::from_secs(15)).await;
+    let app = spawn_app_with(Options {
+        delay_ms: 150,
+        ..Options::default()
+    })
+    .await;
     let long = json!({"input": {"messages": [{"role": "user", "content": "Plan a long trip"}]}, "stream_mode": ["custom"], "on_disconnect": "continue"});
     let (first, first_stream, _) = start_streaming(&app, "t-mt", long.clone()).await;
 

@@ -4,13 +4,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use subflow_gateway::{AppState, AuthMode, ModelListing};
+use subflow_gateway::{AppOptions, AuthMode, ModelListing};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
-use subflow_runtime::admission::{Admission, AdmissionConfig};
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
+use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::Store;
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
 
 mod api;
 mod auth;
@@ -39,74 +36,62 @@ pub struct Frame {
     pub id: Option<String>,
 }
 
+/// How a test gateway differs from the default one: a SQLite file of its own, the
+/// scripted model unpaced, heartbeats every 15 s, `auth.mode = local`.
+#[allow(missing_debug_implementations)]
+pub struct Options {
+    /// Milliseconds between the scripted model's streamed pieces.
+    pub delay_ms: u64,
+    /// `streams.heartbeat_seconds`.
+    pub heartbeat: Duration,
+    /// `auth.mode`; in token mode every `/api` call needs a bearer token.
+    pub auth: AuthMode,
+    /// A store shared with other gateways, like a second `subflow serve` on one
+    /// database; the spill file and workspaces still get a directory of their own.
+    pub store: Option<Arc<dyn Store>>,
+    /// Last changes to the app's options before it is built.
+    pub configure: Box<dyn FnOnce(&mut AppOptions) + Send>,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            delay_ms: 0,
+            heartbeat: Duration::from_secs(15),
+            auth: AuthMode::Local,
+            store: None,
+            configure: Box::new(|_| {}),
+        }
+    }
+}
+
+/// A default gateway: `spawn_app_with(Options::default())`.
 pub async fn spawn_app() -> TestApp {
-    spawn_app_with(0, Duration::from_secs(15)).await
+    spawn_app_with(Options::default()).await
 }
 
-/// A gateway whose scripted model paces its text by `delay_ms`, with heartbeats every `heartbeat`.
-pub async fn spawn_app_with(delay_ms: u64, heartbeat: Duration) -> TestApp {
-    spawn_app_in(AuthMode::Local, delay_ms, heartbeat).await
-}
-
-/// A gateway in `auth.mode = token`: every `/api` call needs a bearer token.
-pub async fn spawn_token_app() -> TestApp {
-    spawn_app_in(AuthMode::Token, 0, Duration::from_secs(15)).await
-}
-
-async fn spawn_app_in(auth: AuthMode, delay_ms: u64, heartbeat: Duration) -> TestApp {
-    spawn_app_tweaked(auth, delay_ms, heartbeat, |_| {}).await
-}
-
-/// A gateway whose state `tweak` adjusts before it serves.
-pub async fn spawn_app_tweaked(
-    auth: AuthMode,
-    delay_ms: u64,
-    heartbeat: Duration,
-    tweak: impl FnOnce(&mut AppState),
-) -> TestApp {
+/// A gateway built from `options` on a free loopback port.
+pub async fn spawn_app_with(options: Options) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
-    let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
-    let store: Arc<dyn Store> = Arc::new(
-        subflow_store_sqlite::SqliteStore::open(&url, 4)
-            .await
-            .unwrap(),
-    );
-    serve_on(store, dir, auth, delay_ms, heartbeat, tweak).await
-}
-
-/// A gateway on `store` with a runtime of its own (spill file and workspaces in `dir`),
-/// like one `subflow serve` process; `tweak` adjusts its state before it serves.
-pub async fn serve_on(
-    store: Arc<dyn Store>,
-    dir: tempfile::TempDir,
-    auth: AuthMode,
-    delay_ms: u64,
-    heartbeat: Duration,
-    tweak: impl FnOnce(&mut AppState),
-) -> TestApp {
+    let store: Arc<dyn Store> = match options.store {
+        Some(store) => store,
+        None => {
+            let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
+            Arc::new(
+                subflow_store_sqlite::SqliteStore::open(&url, 4)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
     let model: Arc<dyn ChatModel> = Arc::new(
         ScriptedModel::new(ScriptedConfig {
-            demo_delay_ms: delay_ms,
+            demo_delay_ms: options.delay_ms,
             ..ScriptedConfig::default()
         })
         .unwrap(),
     );
-    let counters = Arc::new(StoreCounters::default());
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        Arc::new(SpillFile::in_dir(dir.path())),
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let runtime = Runtime::new(
-        RuntimeConfig::with_defaults(dir.path().join("workspaces")),
-        store.clone(),
-        Models::new(vec![model]),
-        Admission::new(AdmissionConfig::default()),
-        retry,
-        counters,
-    );
-    let mut state = AppState {
+    let mut app = AppOptions {
         model_facts: vec![subflow_gateway::usage::ModelFacts {
             name: "scripted".into(),
             model: "scripted-1".into(),
@@ -119,19 +104,19 @@ pub async fn serve_on(
             }),
         }],
         run_timeout: Duration::from_secs(600),
-        heartbeat,
+        heartbeat: options.heartbeat,
         cors_origins: vec!["http://ui.example".into()],
-        auth,
-        ..AppState::new(
-            runtime,
-            store.clone(),
+        auth: options.auth,
+        ..AppOptions::new(
+            RuntimeOptions::new(store.clone(), vec![model], dir.path().to_path_buf()),
             vec![ModelListing {
                 display_name: Some("Scripted".into()),
                 ..ModelListing::named("scripted", "scripted-1")
             }],
         )
     };
-    tweak(&mut state);
+    (options.configure)(&mut app);
+    let state = app.build();
     let metrics = state.metrics.clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());

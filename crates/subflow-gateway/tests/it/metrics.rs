@@ -2,7 +2,6 @@
 //! exposition format line by line, and who may read it.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use serde_json::{Value, json};
 use subflow_contracts::Permissions;
@@ -10,7 +9,7 @@ use subflow_contracts::auth::token_digest;
 use subflow_gateway::AuthMode;
 use subflow_store::NewToken;
 
-use crate::{TestApp, spawn_app, spawn_app_tweaked};
+use crate::{Options, TestApp, spawn_app, spawn_app_with};
 
 /// A sample's labels without `le`, sorted: one histogram series.
 type Labels = Vec<(String, String)>;
@@ -443,8 +442,11 @@ async fn status(app: &TestApp, token: Option<&str>) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn token_mode_needs_admin_unless_public_and_disabled_metrics_are_not_found() {
-    let heartbeat = Duration::from_secs(15);
-    let app = spawn_app_tweaked(AuthMode::Token, 0, heartbeat, |_| {}).await;
+    let app = spawn_app_with(Options {
+        auth: AuthMode::Token,
+        ..Options::default()
+    })
+    .await;
     let reader = token(&app, "ana", "threads:read,runs:read").await;
     let admin = token(&app, "root", "admin").await;
     assert_eq!(status(&app, None).await, 401);
@@ -452,14 +454,17 @@ async fn token_mode_needs_admin_unless_public_and_disabled_metrics_are_not_found
     assert_eq!(status(&app, Some(&reader)).await, 403);
     assert_eq!(status(&app, Some(&admin)).await, 200);
 
-    let public = spawn_app_tweaked(AuthMode::Token, 0, heartbeat, |state| {
-        state.metrics_public = true;
+    let public = spawn_app_with(Options {
+        auth: AuthMode::Token,
+        configure: Box::new(|app| app.metrics_public = true),
+        ..Options::default()
     })
     .await;
     assert_eq!(status(&public, None).await, 200);
 
-    let off = spawn_app_tweaked(AuthMode::Local, 0, heartbeat, |state| {
-        state.metrics_enabled = false;
+    let off = spawn_app_with(Options {
+        configure: Box::new(|app| app.metrics_enabled = false),
+        ..Options::default()
     })
     .await;
     assert_eq!(status(&off, None).await, 404);

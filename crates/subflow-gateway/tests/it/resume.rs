@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value, json};
 use subflow_contracts::{RunStatus, RunStopReason};
-use subflow_gateway::AuthMode;
-use subflow_gateway::stream::{StreamConfig, Streams};
+use subflow_gateway::stream::StreamConfig;
 use subflow_store::{FrameBatch, NewRun, NewThread, RunStatusUpdate, Store, StreamFrame};
 use subflow_store_postgres::PostgresStore;
 use subflow_store_postgres::testing::TestDb;
@@ -26,13 +25,16 @@ const DEMO: &str = "Compare three storage engines";
 /// A gateway on `store`, its scripted model pacing text by `delay_ms`, with run leases
 /// of `lease`. Its spill file and workspaces go in a directory of its own.
 async fn gateway_on(store: Arc<dyn Store>, delay_ms: u64, lease: Duration) -> TestApp {
-    let dir = tempfile::tempdir().unwrap();
-    let heartbeat = Duration::from_secs(15);
-    crate::serve_on(store, dir, AuthMode::Local, delay_ms, heartbeat, |state| {
-        state.streams = Streams::new(StreamConfig {
-            retention: Duration::from_secs(3600),
-            lease,
-        });
+    crate::spawn_app_with(crate::Options {
+        delay_ms,
+        store: Some(store),
+        configure: Box::new(move |app| {
+            app.streams = StreamConfig {
+                retention: Duration::from_secs(3600),
+                lease,
+            }
+        }),
+        ..crate::Options::default()
     })
     .await
 }

@@ -8,13 +8,10 @@ use subflow_contracts::RunEvent;
 use subflow_contracts::messages::Message;
 use subflow_contracts::{RunStatus, SubagentStatus};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
-use subflow_runtime::admission::{Admission, AdmissionConfig};
 use subflow_runtime::metrics::{RuntimeMetrics, TokenCount};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::{RunResult, RunSpec};
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
+use subflow_runtime::runtime::{Runtime, RuntimeConfig, RuntimeOptions};
 use subflow_store::{EventQuery, MemoryStore, NewRun, Store};
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -49,24 +46,9 @@ pub fn harness(
     models: Vec<Arc<dyn ChatModel>>,
     tweak: impl FnOnce(&mut RuntimeConfig),
 ) -> Harness {
-    let mut config = RuntimeConfig::with_defaults(dir.path().join("workspaces"));
-    tweak(&mut config);
-    let counters = Arc::new(StoreCounters::default());
-    let spill = Arc::new(SpillFile::in_dir(dir.path()));
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        spill,
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let runtime = Runtime::new(
-        config,
-        store.clone(),
-        Models::new(models),
-        Admission::new(AdmissionConfig::default()),
-        retry,
-        counters,
-    );
+    let mut options = RuntimeOptions::new(store.clone(), models, dir.path().to_path_buf());
+    tweak(&mut options.config);
+    let runtime = options.build();
     Harness {
         runtime,
         store,

@@ -10,13 +10,10 @@ use std::time::Duration;
 
 use subflow_contracts::messages::Message;
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
-use subflow_runtime::admission::{Admission, AdmissionConfig};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::{RunResult, RunSpec};
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
+use subflow_runtime::runtime::{Runtime, RuntimeOptions};
 use subflow_runtime::spans::{SpanData, SpanSink, TraceRequest};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
 use subflow_store::{NewRun, Store};
 use tokio_util::sync::CancellationToken;
 
@@ -47,24 +44,11 @@ pub async fn harness(sink: Option<Arc<dyn SpanSink>>) -> Harness {
         })
         .unwrap(),
     );
-    let counters = Arc::new(StoreCounters::default());
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        Arc::new(SpillFile::in_dir(dir.path())),
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let mut runtime = Runtime::new(
-        RuntimeConfig::with_defaults(dir.path().join("workspaces")),
-        store.clone(),
-        Models::new(vec![model]),
-        Admission::new(AdmissionConfig::default()),
-        retry,
-        counters,
-    );
-    if let Some(sink) = sink {
-        runtime = runtime.with_spans(sink, Some("test".to_owned()));
+    let runtime = RuntimeOptions {
+        spans: sink.map(|sink| (sink, Some("test".to_owned()))),
+        ..RuntimeOptions::new(store.clone(), vec![model], dir.path().to_path_buf())
     }
+    .build();
     Harness {
         runtime,
         store,

@@ -1,25 +1,21 @@
 //! What `subflow users` and `subflow tokens` share (SPEC §13): the database they
 //! administer, found the way `serve` finds it (`--config` / `$SUBFLOW_CONFIG` /
-//! `./subflow.toml`, `SUBFLOW__…` variables, `--database-url`) and migrated on open;
-//! the mapping of store input errors to usage errors; and plain-text tables.
+//! `./subflow.toml`, `SUBFLOW__…` variables, `--database-url`); it must exist (a missing
+//! SQLite file is an error naming `subflow migrate`, never created) and is migrated on
+//! open; the mapping of store input errors to usage errors; and plain-text tables.
 
 use std::sync::Arc;
 
 use subflow_store::Store;
 
-use super::UsageError;
-use super::config::{ConfigArgs, process_env};
-use crate::config::Config;
+use super::{DatabaseArgs, UsageError};
 use crate::storage::Backend;
 
 /// Where the users and tokens live, and how to print them.
 #[derive(Debug, Clone, clap::Args)]
 pub struct AdminArgs {
     #[command(flatten)]
-    config: ConfigArgs,
-    /// Database URL (`database.url`), overriding the configuration.
-    #[arg(long = "database-url", value_name = "URL")]
-    database_url: Option<String>,
+    database: DatabaseArgs,
     /// Print JSON instead of text.
     #[arg(long)]
     pub json: bool,
@@ -34,15 +30,11 @@ pub struct Database {
 }
 
 impl AdminArgs {
-    /// Loads the configuration and opens (migrating) its database.
+    /// Loads the configuration and opens (migrating) its existing database.
     pub async fn open(&self) -> anyhow::Result<Database> {
-        let overrides: Vec<(&str, &str)> = self
-            .database_url
-            .iter()
-            .map(|url| ("database.url", url.as_str()))
-            .collect();
-        let config = Config::load(self.config.file.as_deref(), &process_env(), &overrides)?;
-        let backend = Backend::open(&config.database.url, config.database.max_connections).await?;
+        let config = self.database.load()?;
+        let backend =
+            Backend::open_existing(&config.database.url, config.database.max_connections).await?;
         let store = backend.store();
         Ok(Database { backend, store })
     }

@@ -37,6 +37,16 @@ pub struct HttpError {
     pub detail: String,
 }
 
+impl HttpError {
+    /// Whether the gateway refused what the command asked for (exit code 2): a thread,
+    /// run or model that does not exist (404, 422), a bad value (400), or a missing or
+    /// insufficient `SUBFLOW_TOKEN` (401, 403). Conflicts, limits and server errors are
+    /// runtime errors.
+    pub fn is_usage_error(&self) -> bool {
+        matches!(self.status, 400 | 401 | 403 | 404 | 422)
+    }
+}
+
 impl Client {
     /// A client for `args.url`, with the token from `SUBFLOW_TOKEN` if it is set.
     pub fn new(args: &ClientArgs) -> anyhow::Result<Client> {
@@ -124,6 +134,13 @@ impl Client {
     pub async fn get_json(&self, path: &str) -> anyhow::Result<Value> {
         let text = self.get_text(path).await?;
         serde_json::from_str(&text).with_context(|| format!("GET {path} did not answer JSON"))
+    }
+
+    /// The thread's record; a thread that does not exist, or is another user's, is the
+    /// gateway's 404 `Thread … not found`.
+    pub async fn thread(&self, thread: &str) -> anyhow::Result<Value> {
+        self.get_json(&format!("/api/threads/{}", encode(thread)))
+            .await
     }
 
     /// POSTs `body` as JSON and returns the JSON answer (`null` for an empty body).

@@ -44,7 +44,7 @@ pub fn process_env() -> HashMap<String, String> {
 pub fn run(command: ConfigCommand) -> anyhow::Result<()> {
     match command {
         ConfigCommand::Default => {
-            print!("{}", config::EXAMPLE);
+            out!("{}", config::EXAMPLE)?;
             Ok(())
         }
         ConfigCommand::Check(args) => {
@@ -66,7 +66,7 @@ pub fn run(command: ConfigCommand) -> anyhow::Result<()> {
                 config.observers.webhooks.len(),
                 exporters.len(),
             );
-            println!("ok");
+            outln!("ok")?;
             Ok(())
         }
     }

@@ -8,7 +8,7 @@ use subflow_store::spill::SpillFile;
 use super::DatabaseArgs;
 use crate::storage::{Backend, data_dir, redact};
 
-/// Arguments of `subflow migrate`.
+/// Arguments of `subflow migrate`: the configuration `serve` reads.
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
@@ -31,10 +31,10 @@ pub async fn open_and_recover(url: &str, max_connections: u32) -> anyhow::Result
 
 /// Runs `subflow migrate`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    open_and_recover(&args.database.url, args.database.max_connections).await?;
-    eprintln!(
-        "subflow: database {} is migrated",
-        redact(&args.database.url)
-    );
+    let config = args.database.load()?;
+    let url = &config.database.url;
+    let backend = open_and_recover(url, config.database.max_connections).await?;
+    backend.close().await;
+    eprintln!("subflow: database {} is migrated", redact(url));
     Ok(())
 }

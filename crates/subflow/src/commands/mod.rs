@@ -40,17 +40,38 @@ impl Exit {
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-/// The database every command that touches storage opens.
+/// The configuration of every command that opens the database, read as `serve` reads
+/// it: `--config` / `$SUBFLOW_CONFIG` / `./subflow.toml`, `SUBFLOW__…` variables, then
+/// `--database-url`.
 #[derive(Debug, Clone, ClapArgs)]
 pub struct DatabaseArgs {
-    /// Database URL: sqlite://PATH (default) or postgres://USER@HOST:PORT/DB.
-    #[arg(long = "database-url", env = "SUBFLOW__DATABASE__URL", default_value = crate::storage::DEFAULT_DATABASE_URL)]
-    pub url: String,
-    /// Connections in the pool.
-    #[arg(
-        long = "database-max-connections",
-        env = "SUBFLOW__DATABASE__MAX_CONNECTIONS",
-        default_value_t = 10
-    )]
-    pub max_connections: u32,
+    #[command(flatten)]
+    config: config::ConfigArgs,
+    /// Database URL (`database.url`), overriding the configuration.
+    #[arg(long = "database-url", value_name = "URL")]
+    database_url: Option<String>,
+}
+
+impl DatabaseArgs {
+    /// The configuration file named by `--config`, if any.
+    pub fn config(&self) -> &config::ConfigArgs {
+        &self.config
+    }
+
+    /// The overrides these flags make, as (dotted key, value).
+    pub fn overrides(&self) -> Vec<(&'static str, &str)> {
+        self.database_url
+            .iter()
+            .map(|url| ("database.url", url.as_str()))
+            .collect()
+    }
+
+    /// Loads and validates the configuration (models are not built).
+    pub fn load(&self) -> Result<crate::config::Config, crate::config::ConfigError> {
+        crate::config::Config::load(
+            self.config.file.as_deref(),
+            &config::process_env(),
+            &self.overrides(),
+        )
+    }
 }

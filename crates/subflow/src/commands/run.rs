@@ -1,6 +1,7 @@
 //! `subflow run PROMPT [--thread] [--model] [--follow]` (SPEC §1.1): starts a run through
-//! the gateway and prints its answer on stdout; `--follow` draws the task cards of
-//! `subflow tail` while it runs. Ctrl-C cancels the run.
+//! the gateway and prints its answer on stdout; `--follow` streams the lead's text to
+//! stdout as it arrives and draws the task cards of `subflow tail` on stderr. Ctrl-C
+//! cancels the run.
 
 use serde_json::{Value, json};
 
@@ -18,18 +19,25 @@ pub struct Args {
     /// A configured model name for the lead agent, instead of the gateway's default.
     #[arg(long)]
     model: Option<String>,
-    /// Show the task cards while the run goes on (JSON lines when stdout is not a terminal).
+    /// Stream the answer as it comes and show the task cards on stderr (JSON lines when
+    /// stderr is not a terminal).
     #[arg(long)]
     follow: bool,
     #[command(flatten)]
     client: ClientArgs,
 }
 
-/// The request body: the prompt as a human message, the model if one was chosen.
-fn request(prompt: &str, model: Option<&str>) -> Value {
+/// The request body: the prompt as a human message, the model if one was chosen. The
+/// stream log keeps the lead's text deltas too when they are to be followed.
+fn request(prompt: &str, model: Option<&str>, follow: bool) -> Value {
+    let modes: &[&str] = if follow {
+        &["values", "custom", "messages-tuple"]
+    } else {
+        &["values", "custom"]
+    };
     let mut body = json!({
         "input": {"messages": [{"role": "user", "content": prompt}]},
-        "stream_mode": ["values", "custom"],
+        "stream_mode": modes,
     });
     if let Some(model) = model {
         body["config"] = json!({"configurable": {"model_name": model}});
@@ -68,7 +76,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let runs = format!("/api/threads/{}/runs", encode(&thread));
     // A background run: losing this process does not cancel it, Ctrl-C does.
     let started = client
-        .post_json(&runs, &request(&args.prompt, args.model.as_deref()), None)
+        .post_json(
+            &runs,
+            &request(&args.prompt, args.model.as_deref(), args.follow),
+            None,
+        )
         .await?;
     let run_id = started
         .get("run_id")
@@ -79,7 +91,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let run_path = format!("{runs}/{}", encode(&run_id));
     let waited = async {
         if args.follow {
-            super::tail::follow_run(client.clone(), thread.clone(), run_id.clone(), false).await
+            super::tail::follow_run(
+                client.clone(),
+                thread.clone(),
+                run_id.clone(),
+                super::tail::Show::AnswerAndCards,
+            )
+            .await
         } else {
             client
                 .get_text_within(&format!("{run_path}/join"), None)
@@ -102,15 +120,15 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .await;
         return ended;
     }
+    if args.follow {
+        // `follow_run` has streamed the answer and judged the run's status.
+        return ended;
+    }
     let state = client
         .get_json(&format!("/api/threads/{}/state", encode(&thread)))
         .await?;
     if let Some(text) = answer(&state["values"]) {
-        println!("{text}");
-    }
-    if args.follow {
-        // `follow_run` has already judged the run's status.
-        return ended;
+        outln!("{text}")?;
     }
     let record = client.get_json(&run_path).await?;
     match record.get("status").and_then(Value::as_str) {
@@ -150,9 +168,13 @@ mod tests {
     #[test]
     fn a_chosen_model_goes_into_the_configurable_section() {
         assert_eq!(
-            request("hi", Some("fast"))["config"]["configurable"]["model_name"],
+            request("hi", Some("fast"), false)["config"]["configurable"]["model_name"],
             "fast"
         );
-        assert!(request("hi", None).get("config").is_none());
+        assert!(request("hi", None, false).get("config").is_none());
+        assert_eq!(
+            request("hi", None, true)["stream_mode"],
+            json!(["values", "custom", "messages-tuple"])
+        );
     }
 }

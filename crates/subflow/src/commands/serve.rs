@@ -5,15 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use subflow_gateway::stream::StreamConfig;
 use subflow_gateway::usage::{ModelFacts, Price};
-use subflow_gateway::{AppState, ModelListing};
-use subflow_runtime::admission::Admission;
-use subflow_runtime::runtime::{Models, Runtime};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
-use subflow_telemetry::{Metrics, OtlpExporter};
+use subflow_gateway::{AppOptions, ModelListing};
+use subflow_runtime::runtime::RuntimeOptions;
+use subflow_telemetry::OtlpExporter;
 
-use super::config::ConfigArgs;
+use super::DatabaseArgs;
 use crate::config::{AuthMode, Config};
 use crate::storage::{data_dir, redact};
 
@@ -21,13 +19,10 @@ use crate::storage::{data_dir, redact};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     #[command(flatten)]
-    config: ConfigArgs,
+    database: DatabaseArgs,
     /// Address to listen on (`server.listen`).
     #[arg(long)]
     listen: Option<String>,
-    /// Database URL (`database.url`).
-    #[arg(long = "database-url")]
-    database_url: Option<String>,
     /// Do not run the in-process batch worker.
     #[arg(long)]
     no_worker: bool,
@@ -91,14 +86,11 @@ async fn shutdown_signal() {
 
 /// Runs `subflow serve`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    let mut overrides = Vec::new();
+    let mut overrides = args.database.overrides();
     if let Some(listen) = &args.listen {
         overrides.push(("server.listen", listen.as_str()));
     }
-    if let Some(url) = &args.database_url {
-        overrides.push(("database.url", url.as_str()));
-    }
-    let built = args.config.load_and_build(&overrides)?;
+    let built = args.database.config().load_and_build(&overrides)?;
     let config = built.config;
     crate::logging::init(
         &config.logging.level,
@@ -106,35 +98,38 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     let url = config.database.url.clone();
     let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
-    let store = backend.store();
     let data_dir = data_dir(&url);
-    let counters = Arc::new(StoreCounters::default());
-    let spill = Arc::new(SpillFile::in_dir(&data_dir));
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        spill,
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    // One registry for the process: the runtime, the gateway and the exporters count into it.
-    let metrics = Arc::new(Metrics::new(
-        counters.clone(),
-        built.observers.counters().clone(),
-    ));
-    let mut runtime = Runtime::new(
-        config.runtime_config(&data_dir),
-        store.clone(),
-        Models::new(built.models),
-        Admission::new(config.subagent_runtime.clone()),
-        retry.clone(),
-        counters,
-    )
-    .with_observers(built.observers)
-    .with_metrics(metrics.clone());
+    let runtime = RuntimeOptions {
+        config: config.runtime_config(&data_dir),
+        admission: config.subagent_runtime.clone(),
+        observers: built.observers,
+        ..RuntimeOptions::new(backend.store(), built.models, data_dir)
+    };
+    let mut state = AppOptions {
+        model_facts: facts(&config),
+        token_usage_enabled: config.token_usage.enabled,
+        run_timeout: Duration::from_secs(config.runs.timeout_seconds),
+        heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
+        cors_origins: config.server.cors_origins.clone(),
+        auth: match config.auth.mode {
+            AuthMode::Local => subflow_gateway::AuthMode::Local,
+            AuthMode::Token => subflow_gateway::AuthMode::Token,
+        },
+        metrics_enabled: config.metrics.enabled,
+        metrics_public: config.metrics.public,
+        web_enabled: config.web.enabled,
+        streams: StreamConfig {
+            retention: Duration::from_secs(config.streams.retention_seconds),
+            lease: Duration::from_secs(config.runs.lease_seconds),
+        },
+        ..AppOptions::new(runtime, listings(&config))
+    }
+    .build();
+    // The exporters count their dropped spans into the registry the app was built with.
     let mut exporters = Vec::new();
     for exporter in built.exporters {
         tracing::info!(exporter = %exporter.name, endpoint = %exporter.endpoint, "exporting spans");
-        let dropped = metrics.otlp_dropped(&exporter.name);
+        let dropped = state.metrics.otlp_dropped(&exporter.name);
         exporters.push(OtlpExporter::spawn(exporter, dropped).context("starting a span exporter")?);
     }
     if !exporters.is_empty() {
@@ -142,34 +137,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             .iter()
             .map(|e| Arc::new(e.clone()) as Arc<dyn subflow_runtime::spans::SpanSink>)
             .collect();
-        runtime = runtime.with_spans(
+        state.runtime = state.runtime.clone().with_spans(
             Arc::new(subflow_runtime::spans::FanOut(sinks)),
             config.tracing.environment.clone(),
         );
     }
-    let state = AppState {
-        runtime,
-        store,
-        models: listings(&config),
-        token_usage_enabled: config.token_usage.enabled,
-        model_facts: facts(&config),
-        run_timeout: Duration::from_secs(config.runs.timeout_seconds),
-        heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
-        active: Default::default(),
-        cors_origins: config.server.cors_origins.clone(),
-        auth: match config.auth.mode {
-            AuthMode::Local => subflow_gateway::AuthMode::Local,
-            AuthMode::Token => subflow_gateway::AuthMode::Token,
-        },
-        web_enabled: config.web.enabled,
-        metrics,
-        metrics_enabled: config.metrics.enabled,
-        metrics_public: config.metrics.public,
-        streams: subflow_gateway::stream::Streams::new(subflow_gateway::stream::StreamConfig {
-            retention: Duration::from_secs(config.streams.retention_seconds),
-            lease: Duration::from_secs(config.runs.lease_seconds),
-        }),
-    };
+    let retry = state.runtime.retry_queue().clone();
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;

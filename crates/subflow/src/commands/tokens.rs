@@ -206,13 +206,20 @@ async fn execute(
                 })
                 .await
                 .map_err(store_error)?;
-            if admin.json {
+            let shown = if admin.json {
                 let mut body = token_json(&record, Some(&user));
                 body["token"] = json!(token);
-                println!("{body}");
+                outln!("{body}")
             } else {
-                println!("{token}");
-            }
+                outln!("{token}")
+            };
+            // Even a closed pipe is an error here: the token exists but nobody saw it.
+            shown.map_err(|error| {
+                anyhow::anyhow!(
+                    "cannot print the new token ({error}); revoke it with `subflow tokens revoke {}`",
+                    record.id
+                )
+            })?;
             eprintln!(
                 "subflow: token {} for {} ({}), {}; it is shown only now, keep it secret",
                 record.id,
@@ -242,7 +249,7 @@ async fn execute(
                 .collect();
             if admin.json {
                 let listed = tokens.iter().map(|t| token_json(t, users.get(&t.user_id)));
-                println!("{}", Value::from_iter(listed));
+                outln!("{}", Value::from_iter(listed))?;
             } else {
                 let mut rows = vec![
                     [
@@ -271,7 +278,7 @@ async fn execute(
                         status(token, user).to_owned(),
                     ]
                 }));
-                print!("{}", table(&rows));
+                out!("{}", table(&rows))?;
             }
         }
         TokensCommand::Revoke { id, .. } => {

@@ -25,14 +25,16 @@ pub struct Args {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     super::client::thread_arg(&args.thread)?;
     let client = Client::new(&args.client)?;
+    // `/token-usage` reads an unknown thread as empty; a thread the user names must exist.
+    client.thread(&args.thread).await?;
     let path = format!("/api/threads/{}/token-usage", encode(&args.thread));
     let body = client.get_text(&path).await?;
     if args.json {
-        println!("{body}");
+        outln!("{body}")?;
         return Ok(());
     }
     let usage: Value = serde_json::from_str(&body)?;
-    print!("{}", report(&usage));
+    out!("{}", report(&usage))?;
     Ok(())
 }
 

@@ -79,9 +79,9 @@ async fn execute(
         UsersCommand::Add { name, .. } => {
             let user = store.add_user(&name).await.map_err(store_error)?;
             if admin.json {
-                println!("{}", user_json(&user));
+                outln!("{}", user_json(&user))?;
             } else {
-                println!("{}", user.id);
+                outln!("{}", user.id)?;
             }
             eprintln!(
                 "subflow: added user {}; `subflow tokens create --user {} --perm …` gives it a token",
@@ -91,7 +91,7 @@ async fn execute(
         UsersCommand::List { .. } => {
             let users = store.list_users().await.map_err(store_error)?;
             if admin.json {
-                println!("{}", Value::from_iter(users.iter().map(user_json)));
+                outln!("{}", Value::from_iter(users.iter().map(user_json)))?;
             } else {
                 let mut rows = vec![vec![
                     "ID".to_owned(),
@@ -107,7 +107,7 @@ async fn execute(
                         user.created_at.clone(),
                     ]
                 }));
-                print!("{}", table(&rows));
+                out!("{}", table(&rows))?;
             }
         }
         UsersCommand::Disable { user, .. } => {
@@ -118,7 +118,7 @@ async fn execute(
                 ..found
             };
             if admin.json {
-                println!("{}", user_json(&disabled));
+                outln!("{}", user_json(&disabled))?;
             }
             eprintln!(
                 "subflow: disabled user {} ({}); its tokens no longer authenticate",

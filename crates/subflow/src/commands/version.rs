@@ -7,9 +7,9 @@ pub const EVENT_CONTRACT_VERSION: u32 = 1;
 
 /// Prints the binary and contract versions.
 pub fn run() -> anyhow::Result<()> {
-    println!(
+    outln!(
         "subflow {} (subagent status contract v{STATUS_CONTRACT_VERSION}, run event stream contract v{EVENT_CONTRACT_VERSION})",
         env!("CARGO_PKG_VERSION")
-    );
+    )?;
     Ok(())
 }

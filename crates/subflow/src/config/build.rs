@@ -25,7 +25,7 @@ pub struct Built {
     pub config: Config,
     /// Every model, the lead's first, ready for `subflow_runtime::runtime::Models::new`.
     pub models: Vec<Arc<dyn ChatModel>>,
-    /// The `observers.webhooks`, for `Runtime::with_observers`.
+    /// The `observers.webhooks`, for `RuntimeOptions::observers`.
     pub observers: ObserverSet,
     /// The span exporters of `tracing.*` (Langfuse first), not yet started.
     pub exporters: Vec<ExporterConfig>,

@@ -57,6 +57,13 @@ fn usage_error(args: &[&str], dir: &Path, message: &str) {
     assert!(output.stdout.is_empty(), "{args:?}: {}", stdout(&output));
 }
 
+/// A directory whose default database `subflow migrate` has created.
+fn migrated_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    ok(&["migrate"], dir.path());
+    dir
+}
+
 fn json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
@@ -108,7 +115,7 @@ fn request(
 
 #[test]
 fn users_are_added_listed_and_disabled_by_name_or_id() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = migrated_dir();
     let ana_id = ok(&["users", "add", "ana"], dir.path()).trim().to_owned();
     assert_eq!(ana_id.len(), 36, "the new user's id: {ana_id}");
     let bo = json(&ok(
@@ -155,7 +162,7 @@ fn users_are_added_listed_and_disabled_by_name_or_id() {
 
 #[test]
 fn bad_token_flags_say_what_to_fix_exit_2_and_create_nothing() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = migrated_dir();
     ok(&["users", "add", "ana"], dir.path());
     ok(&["users", "add", "gone"], dir.path());
     ok(&["users", "disable", "gone"], dir.path());
@@ -224,7 +231,7 @@ fn bad_token_flags_say_what_to_fix_exit_2_and_create_nothing() {
 
 #[test]
 fn a_created_token_is_shown_once_hashed_at_rest_and_authenticates_until_revoked() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = migrated_dir();
     ok(&["users", "add", "ana"], dir.path());
     let created = subflow(
         &[
@@ -346,6 +353,7 @@ fn users_and_tokens_use_the_database_of_the_configuration() {
         "[database]\nurl = 'sqlite://elsewhere.db'\n",
     )
     .unwrap();
+    ok(&["migrate", "--config", "custom.toml"], dir.path());
     ok(
         &["users", "add", "ana", "--config", "custom.toml"],
         dir.path(),
@@ -354,6 +362,10 @@ fn users_and_tokens_use_the_database_of_the_configuration() {
     assert!(!dir.path().join("subflow.db").exists());
     let listed = ok(&["users", "list", "--config", "custom.toml"], dir.path());
     assert!(listed.contains(" ana "), "{listed}");
+    ok(
+        &["migrate", "--database-url", "sqlite://flag.db"],
+        dir.path(),
+    );
     let flag = ok(
         &["users", "list", "--database-url", "sqlite://flag.db"],
         dir.path(),
@@ -364,4 +376,55 @@ fn users_and_tokens_use_the_database_of_the_configuration() {
         dir.path(),
         "missing.toml",
     );
+}
+
+#[test]
+fn admin_commands_where_no_database_exists_create_none_and_say_to_run_migrate() {
+    let dir = tempfile::tempdir().unwrap();
+    let default = dir.path().canonicalize().unwrap().join("subflow.db");
+    for args in [
+        &["users", "list"][..],
+        &["users", "add", "ana"],
+        &["users", "disable", "ana"],
+        &["tokens", "list"],
+        &["tokens", "create", "--user", "ana", "--perm", "admin"],
+        &["tokens", "revoke", "some-id"],
+    ] {
+        let output = subflow(args, dir.path());
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {message}");
+        assert!(
+            message.contains(&format!("no database at {}", default.display()))
+                && message.contains("subflow migrate"),
+            "{args:?}: {message}"
+        );
+        assert!(output.stdout.is_empty(), "{args:?}: {}", stdout(&output));
+    }
+    std::fs::write(
+        dir.path().join("subflow.toml"),
+        "[database]\nurl = 'sqlite://data/admin.db'\n",
+    )
+    .unwrap();
+    usage_error(
+        &["users", "list"],
+        dir.path(),
+        &format!(
+            "no database at {}",
+            dir.path()
+                .canonicalize()
+                .unwrap()
+                .join("data/admin.db")
+                .display()
+        ),
+    );
+    let created: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name())
+        .collect();
+    assert_eq!(created, ["subflow.toml"], "nothing but the configuration");
+
+    // Once migrated, the same command works.
+    std::fs::create_dir(dir.path().join("data")).unwrap();
+    ok(&["migrate"], dir.path());
+    assert_eq!(ok(&["users", "list"], dir.path()).lines().count(), 1);
 }

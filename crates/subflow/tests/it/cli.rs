@@ -9,10 +9,16 @@ use subflow_store::{EventQuery, EventStore};
 use subflow_store_sqlite::SqliteStore;
 
 fn subflow(args: &[&str], dir: &std::path::Path) -> Output {
+    subflow_with_env(args, dir, &[])
+}
+
+fn subflow_with_env(args: &[&str], dir: &std::path::Path, envs: &[(&str, &str)]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_subflow"))
         .args(args)
         .current_dir(dir)
         .env_remove("SUBFLOW__DATABASE__URL")
+        .env_remove("SUBFLOW_CONFIG")
+        .envs(envs.iter().copied())
         .output()
         .expect("the subflow binary runs")
 }
@@ -43,6 +49,121 @@ fn migrate_creates_the_default_sqlite_database_in_the_working_directory() {
     assert!(output.status.success(), "{}", stderr(&output));
     assert!(dir.path().join("subflow.db").exists());
     assert!(stderr(&output).contains("is migrated"));
+}
+
+#[test]
+fn migrate_reads_the_configuration_serve_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path();
+    let database = |name: &str| format!("[database]\nurl = 'sqlite://{name}'\n");
+    std::fs::write(path.join("subflow.toml"), database("cwd.db")).unwrap();
+    std::fs::write(path.join("custom.toml"), database("flag-file.db")).unwrap();
+    std::fs::write(path.join("env.toml"), database("env-file.db")).unwrap();
+    for (args, envs, created) in [
+        (&["migrate"][..], &[][..], "cwd.db"),
+        (&["migrate", "--config", "custom.toml"], &[], "flag-file.db"),
+        (
+            &["migrate"],
+            &[("SUBFLOW_CONFIG", "env.toml")],
+            "env-file.db",
+        ),
+        (
+            &["migrate"],
+            &[("SUBFLOW__DATABASE__URL", "sqlite://variable.db")],
+            "variable.db",
+        ),
+        (
+            &[
+                "migrate",
+                "--config",
+                "custom.toml",
+                "--database-url",
+                "sqlite://flag.db",
+            ],
+            &[],
+            "flag.db",
+        ),
+    ] {
+        let output = subflow_with_env(args, path, envs);
+        assert!(
+            output.status.success(),
+            "{args:?} {envs:?}: {}",
+            stderr(&output)
+        );
+        assert!(
+            path.join(created).exists(),
+            "{args:?} {envs:?} creates {created}"
+        );
+        assert!(
+            stderr(&output).contains(&format!("database sqlite://{created} is migrated")),
+            "{}",
+            stderr(&output)
+        );
+    }
+    assert!(
+        !path.join("subflow.db").exists(),
+        "the default was never used"
+    );
+    // The same file `serve` would refuse is refused here, with the key named.
+    std::fs::write(
+        path.join("bad.toml"),
+        "[database]\nmax_connections = 'many'\n",
+    )
+    .unwrap();
+    let output = subflow(&["migrate", "--config", "bad.toml"], path);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("database.max_connections"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// Waits for `child` to exit; a child still running after `patience` is killed and fails
+/// the test (a liveness bound, far above what a passing run takes, not a measurement).
+fn exit_within(mut child: std::process::Child, patience: std::time::Duration) -> Output {
+    let waited = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if waited.elapsed() > patience {
+            let _ = child.kill();
+            panic!("still running after {patience:?}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+#[test]
+fn serve_stops_at_once_on_an_unreachable_postgres_with_the_url_and_exit_code_2() {
+    let dir = tempfile::tempdir().unwrap();
+    // A closed port refuses at once; a listener that never answers leaves the client waiting.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let closed_port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    for port in [closed_port, silent_port] {
+        let url = format!("postgres://ana:secret@127.0.0.1:{port}/subflow");
+        let child = Command::new(env!("CARGO_BIN_EXE_subflow"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--database-url", &url])
+            .current_dir(dir.path())
+            .env_remove("SUBFLOW_CONFIG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // sqlx's pool would retry for 30 s; serve gives up after one 5 s attempt.
+        let output = exit_within(child, std::time::Duration::from_secs(20));
+        let message = stderr(&output);
+        assert_eq!(output.status.code(), Some(2), "port {port}: {message}");
+        assert!(
+            message.contains(&format!("postgres://ana:***@127.0.0.1:{port}/subflow")),
+            "{message}"
+        );
+        assert!(!message.contains("secret"), "{message}");
+        assert!(!message.contains("listening on"), "{message}");
+    }
+    drop(silent);
 }
 
 #[test]

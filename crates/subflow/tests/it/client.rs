@@ -411,7 +411,7 @@ fn client_commands_need_a_valid_thread_id_and_a_reachable_gateway() {
 }
 
 #[test]
-fn run_prints_the_answer_and_follow_shows_the_cards_first() {
+fn run_prints_the_answer_and_follow_shows_the_cards_on_stderr() {
     let dir = tempfile::tempdir().unwrap();
     let config = config_with_delay(dir.path(), 0);
     let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
@@ -428,31 +428,133 @@ fn run_prints_the_answer_and_follow_shows_the_cards_first() {
         serde_json::from_str(&http::blocking_get(&address, "/api/threads/asked/runs")).unwrap();
     assert_eq!(runs[0]["status"], "success");
 
-    let output = client(&address, &["run", "Compare two queues", "--follow"]);
+    let output = client(
+        &address,
+        &[
+            "run",
+            "Compare two queues",
+            "--follow",
+            "--thread",
+            "followed",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(0), "{stderr}");
+    // stdout is the lead's text alone; the cards are JSON lines on stderr (not a terminal).
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let (cards, answer): (Vec<&str>, Vec<&str>) =
-        stdout.lines().partition(|line| line.starts_with('{'));
-    let lines: Vec<Value> = cards
+    assert!(!stdout.contains("task_id"), "no card on stdout: {stdout}");
+    let state: Value =
+        serde_json::from_str(&http::blocking_get(&address, "/api/threads/followed/state")).unwrap();
+    let ai_texts: Vec<&str> = state["values"]["messages"]
+        .as_array()
+        .unwrap()
         .iter()
+        .filter(|m| m["type"] == "ai")
+        .filter_map(|m| m["content"].as_str())
+        .filter(|text| !text.is_empty())
+        .collect();
+    assert_eq!(
+        stdout,
+        format!("{}\n", ai_texts.join("\n")),
+        "every lead turn's text"
+    );
+    let lines: Vec<Value> = stderr
+        .lines()
+        .filter(|line| line.starts_with('{'))
         .map(|line| serde_json::from_str(line).unwrap())
         .collect();
     let last = last_by_task(&lines);
-    assert_eq!(last.len(), 3, "{stdout}");
+    assert_eq!(last.len(), 3, "{stderr}");
     assert!(last.values().all(|card| card["status"] == "completed"));
-    assert!(
-        !answer.join("\n").trim().is_empty(),
-        "the answer follows the cards"
-    );
+}
 
-    let output = client(&address, &["run", "hi", "--thread", "not a thread"]);
-    assert_eq!(output.status.code(), Some(2));
-    let output = client(&address, &["run", "hi", "--model", "missing-model"]);
-    assert_eq!(output.status.code(), Some(1));
+#[test]
+fn run_follow_streams_the_answer_to_stdout_while_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_delay(dir.path(), 100);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
+    let mut run = client_command(
+        &address,
+        &["run", "Compare two queues", "--follow", "--thread", "live"],
+    )
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .spawn()
+    .unwrap();
+    let mut stdout = run.stdout.take().unwrap();
+    let mut first = [0u8; 16];
+    let read = stdout.read(&mut first).unwrap();
+    assert!(read > 0, "stdout closed before any text");
+    let runs: Value =
+        serde_json::from_str(&http::blocking_get(&address, "/api/threads/live/runs")).unwrap();
+    assert_eq!(
+        runs[0]["status"], "running",
+        "text reached stdout before the run ended"
+    );
+    assert_ne!(first[0], b'{', "the lead's text, not a card");
+    let mut rest = Vec::new();
+    stdout.read_to_end(&mut rest).unwrap();
+    assert!(run.wait().unwrap().success());
+    let text = String::from_utf8_lossy(&[&first[..read], &rest[..]].concat()).into_owned();
+    assert!(text.contains("Summary of \"Compare two queues\""), "{text}");
+}
+
+#[test]
+fn a_closed_pipe_ends_tail_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_delay(dir.path(), 100);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
+    start_run(&address, "piped");
+    // `subflow tail piped | head -1`: the reader goes away after one line while cards
+    // keep changing.
+    let mut tail = client_command(&address, &["tail", "piped"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(tail.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert!(line.starts_with('{'), "{line}");
+    drop(stdout);
+    let output = tail.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
     assert!(
-        stderr.contains("Unknown model 'missing-model': the configured models are scripted"),
+        !stderr.contains("Broken pipe") && !stderr.contains("os error 32"),
         "{stderr}"
     );
+}
+
+#[test]
+fn unknown_threads_runs_and_models_are_usage_errors_in_usage_tail_and_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_delay(dir.path(), 0);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
+    let refused = |args: &[&str], message: &str| {
+        let output = client(&address, args);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(message), "{args:?}: {stderr}");
+        assert!(output.stdout.is_empty(), "{args:?}");
+    };
+    // The gateway's answer for a thread that does not exist (or is another user's): 404.
+    refused(&["usage", "nope"], "Thread nope not found");
+    refused(&["usage", "nope", "--json"], "Thread nope not found");
+    refused(&["tail", "nope"], "Thread nope not found");
+    refused(
+        &["run", "hi", "--model", "missing-model"],
+        "Unknown model 'missing-model': the configured models are scripted",
+    );
+    http::blocking_post(&address, "/api/threads", &json!({"thread_id": "idle"}));
+    refused(&["tail", "idle"], "thread idle has no runs");
+    refused(&["tail", "idle", "--run", "nope"], "Run nope not found");
+    refused(
+        &["run", "hi", "--thread", "not a thread"],
+        "invalid thread id",
+    );
+    assert_eq!(client(&address, &["usage", "idle"]).status.code(), Some(0));
 }

@@ -152,6 +152,32 @@ fn every_crate_states_its_purpose_and_uses_the_workspace_lints() {
 }
 
 #[test]
+fn every_manifest_under_crates_is_a_workspace_member() {
+    fn manifests(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                manifests(&path, found);
+            } else if path.file_name().is_some_and(|name| name == "Cargo.toml") {
+                found.push(path);
+            }
+        }
+    }
+    let crates = root().join("crates");
+    let mut found = Vec::new();
+    manifests(&crates, &mut found);
+    for manifest in found {
+        let member = manifest.parent().unwrap();
+        assert_eq!(
+            member.parent(),
+            Some(crates.as_path()),
+            "{} is not a crate's manifest (crates/<name>/Cargo.toml)",
+            manifest.display()
+        );
+    }
+}
+
+#[test]
 fn the_readme_test_command_is_what_ci_runs() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let first_screen: String = readme.lines().take(40).collect::<Vec<_>>().join("\n");

@@ -8,12 +8,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::json;
 use subflow_contracts::{NewEvent, RunStatus};
-use subflow_gateway::{AppState, LOCAL_USER, ModelListing};
+use subflow_gateway::{AppOptions, LOCAL_USER, ModelListing};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
-use subflow_runtime::admission::{Admission, AdmissionConfig};
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
+use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{EventQuery, ModelUsage, NewRun, NewThread, RunStatusUpdate, RunUsage, Store};
 use subflow_store_sqlite::SqliteStore;
 
@@ -53,26 +50,11 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         demo_delay_ms: 0,
         ..ScriptedConfig::default()
     })?);
-    let counters = Arc::new(StoreCounters::default());
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        Arc::new(SpillFile::in_dir(dir.path())),
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let runtime = Runtime::new(
-        RuntimeConfig::with_defaults(dir.path().join("workspaces")),
-        store.clone(),
-        Models::new(vec![model]),
-        Admission::new(AdmissionConfig::default()),
-        retry,
-        counters,
-    );
-    let state = AppState::new(
-        runtime,
-        store.clone(),
+    let state = AppOptions::new(
+        RuntimeOptions::new(store.clone(), vec![model], dir.path().to_path_buf()),
         vec![ModelListing::named("scripted", "scripted-1")],
-    );
+    )
+    .build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(subflow_gateway::serve(

@@ -10,12 +10,9 @@ use serde_json::json;
 use subflow_contracts::RunStatus;
 use subflow_contracts::messages::Message;
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
-use subflow_runtime::admission::{Admission, AdmissionConfig};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
+use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{MemoryStore, NewRun, Store};
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -133,22 +130,10 @@ async fn measure(
     })?);
     // Every guard stays on: their bookkeeping is part of each step's cost. The script's
     // calls differ in their arguments and stay under the per-tool frequency limits.
-    let config = RuntimeConfig::with_defaults(dir.join("workspaces"));
-    let counters = Arc::new(StoreCounters::default());
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        Arc::new(SpillFile::in_dir(dir)),
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let runtime = Runtime::new(
-        config,
-        store.clone(),
-        Models::new(vec![model]),
-        Admission::new(AdmissionConfig::default()),
-        retry.clone(),
-        counters,
-    );
+    // Every guard stays on: their bookkeeping is part of each step's cost. The script's
+    // calls differ in their arguments and stay under the per-tool frequency limits.
+    let runtime = RuntimeOptions::new(store.clone(), vec![model], dir.to_path_buf()).build();
+    let retry = runtime.retry_queue().clone();
     let thread = format!("bench-{attempt}");
     let run_id = format!("run-{attempt}");
     store

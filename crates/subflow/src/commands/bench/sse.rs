@@ -14,16 +14,14 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use subflow_contracts::messages::Message;
-use subflow_gateway::{AppState, ModelListing};
+use subflow_gateway::{AppOptions, ModelListing};
 use subflow_models::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, Error, ModelInfo, ScriptedConfig, ScriptedModel,
 };
-use subflow_runtime::admission::{Admission, AdmissionConfig, AdmissionPolicy};
+use subflow_runtime::admission::{AdmissionConfig, AdmissionPolicy};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
-use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
+use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{NewRun, Store};
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
@@ -120,7 +118,7 @@ async fn runtime(
     script: &std::path::Path,
     streams: usize,
     stamps: Stamps,
-) -> anyhow::Result<(Runtime, Arc<dyn Store>)> {
+) -> anyhow::Result<RuntimeOptions> {
     let url = format!("sqlite://{}", dir.join(format!("{name}.db")).display());
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url, 4).await?);
     runtime_on(store, dir, name, script, streams, stamps)
@@ -134,7 +132,7 @@ fn runtime_on(
     script: &std::path::Path,
     streams: usize,
     stamps: Stamps,
-) -> anyhow::Result<(Runtime, Arc<dyn Store>)> {
+) -> anyhow::Result<RuntimeOptions> {
     let scripted: Arc<dyn ChatModel> = Arc::new(ScriptedModel::new(ScriptedConfig {
         script: Some(script.to_path_buf()),
         demo_delay_ms: 0,
@@ -144,30 +142,17 @@ fn runtime_on(
         inner: scripted,
         stamps,
     });
-    let counters = Arc::new(StoreCounters::default());
     let spill_dir = dir.join(name);
     std::fs::create_dir_all(&spill_dir).context("creating the spill directory")?;
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        Arc::new(SpillFile::in_dir(&spill_dir)),
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    let admission = Admission::new(AdmissionConfig {
-        max_running: streams.clamp(1, 64),
-        max_queued: 10_000,
-        admission_policy: AdmissionPolicy::Queue,
-        queue_timeout_seconds: 600,
-    });
-    let runtime = Runtime::new(
-        RuntimeConfig::with_defaults(dir.join(name).join("workspaces")),
-        store.clone(),
-        Models::new(vec![model]),
-        admission,
-        retry,
-        counters,
-    );
-    Ok((runtime, store))
+    Ok(RuntimeOptions {
+        admission: AdmissionConfig {
+            max_running: streams.clamp(1, 64),
+            max_queued: 10_000,
+            admission_policy: AdmissionPolicy::Queue,
+            queue_timeout_seconds: 600,
+        },
+        ..RuntimeOptions::new(store, vec![model], spill_dir)
+    })
 }
 
 /// The latency of an AI step's event, if `payload` is one whose finish was stamped.
@@ -190,8 +175,8 @@ async fn over_sse(
 ) -> anyhow::Result<Latency> {
     let stamps = Stamps::default();
     let name = format!("sse-{streams}");
-    let (runtime, store) = runtime(dir, &name, script, streams, stamps.clone()).await?;
-    let (base, server) = serve(runtime, store).await?;
+    let runtime = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let (base, server) = serve(runtime).await?;
     let client = reqwest::Client::builder().no_proxy().build()?;
     let mut clients = Vec::new();
     for n in 0..streams {
@@ -211,14 +196,10 @@ async fn over_sse(
 
 /// A gateway on a free loopback port; its base URL and server task.
 async fn serve(
-    runtime: Runtime,
-    store: Arc<dyn Store>,
+    runtime: RuntimeOptions,
 ) -> anyhow::Result<(String, tokio::task::JoinHandle<std::io::Result<()>>)> {
-    let state = AppState::new(
-        runtime,
-        store,
-        vec![ModelListing::named("scripted", "scripted-1")],
-    );
+    let state =
+        AppOptions::new(runtime, vec![ModelListing::named("scripted", "scripted-1")]).build();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     let server = tokio::spawn(subflow_gateway::serve(
@@ -249,8 +230,8 @@ pub async fn across_processes(
                 .await
                 .context("connecting to PostgreSQL")?,
         );
-        let (runtime, store) = runtime_on(store, dir, name, &path, streams, stamps.clone())?;
-        let (base, server) = serve(runtime, store).await?;
+        let runtime = runtime_on(store, dir, name, &path, streams, stamps.clone())?;
+        let (base, server) = serve(runtime).await?;
         bases.push(base);
         servers.push(server);
     }
@@ -372,7 +353,9 @@ async fn over_channel(
 ) -> anyhow::Result<Latency> {
     let stamps = Stamps::default();
     let name = format!("channel-{streams}");
-    let (runtime, store) = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let options = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let store = options.store.clone();
+    let runtime = options.build();
     let mut runs = Vec::new();
     for n in 0..streams {
         let (runtime, store, stamps) = (runtime.clone(), store.clone(), stamps.clone());

@@ -12,12 +12,12 @@ use std::collections::{HashMap, HashSet};
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use serde_json::Value;
 use subflow_contracts::task_card;
 
-use super::Exit;
 use super::client::{Client, ClientArgs, encode};
+use super::{Exit, UsageError};
 use board::Board;
 use sse::SseDecoder;
 
@@ -51,8 +51,24 @@ enum Outcome {
     Closed,
 }
 
+/// What [`follow_run`] shows, and where.
+#[derive(Debug, Clone, Copy)]
+pub enum Show {
+    /// `subflow tail`: the cards are the data, on stdout; JSON lines with `json` or
+    /// when stdout is not a terminal.
+    Cards {
+        /// `--json`.
+        json: bool,
+    },
+    /// `subflow run --follow`: the lead's text streamed to stdout as it arrives, the cards
+    /// on stderr (JSON lines when stderr is not a terminal).
+    AnswerAndCards,
+}
+
 /// Where cards go: a terminal redrawn in place, or JSON lines.
 struct Screen {
+    /// Cards on stderr rather than stdout.
+    stderr: bool,
     json: bool,
     width: usize,
     drawn: usize,
@@ -62,7 +78,11 @@ struct Screen {
 
 impl Screen {
     fn show(&mut self, board: &Board) -> std::io::Result<()> {
-        let mut out = std::io::stdout().lock();
+        let mut out: Box<dyn Write> = if self.stderr {
+            Box::new(std::io::stderr().lock())
+        } else {
+            Box::new(std::io::stdout().lock())
+        };
         if self.json {
             for (id, record) in board.records() {
                 if self.printed.get(&id) != Some(&record) {
@@ -87,6 +107,53 @@ impl Screen {
         self.last_lines = lines;
         out.flush()
     }
+
+    /// Other text went to the same terminal below the cards: the next drawing starts
+    /// below it instead of redrawing over it.
+    fn below_text(&mut self) {
+        self.drawn = 0;
+    }
+}
+
+/// The lead's text on stdout, streamed from `messages` frames: each AI message's deltas
+/// as they arrive, its line ended when the turn ends.
+#[derive(Default)]
+struct Answer {
+    /// The message whose text is being printed.
+    message_id: Option<String>,
+    /// The printed text does not end with a newline yet.
+    open_line: bool,
+}
+
+impl Answer {
+    fn write(&mut self, text: &str) -> std::io::Result<()> {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())?;
+        out.flush()?;
+        self.open_line = !text.ends_with('\n');
+        Ok(())
+    }
+
+    fn end_line(&mut self) -> std::io::Result<()> {
+        if self.open_line {
+            self.write("\n")?;
+        }
+        Ok(())
+    }
+}
+
+/// The message id and text of a `messages` frame (`[chunk, metadata]`) that is an AI
+/// text delta.
+fn ai_delta(data: &Value) -> Option<(Option<&str>, &str)> {
+    let message = data.get(0)?;
+    if message.get("type").and_then(Value::as_str) != Some("AIMessageChunk") {
+        return None;
+    }
+    let text = message
+        .get("content")
+        .and_then(Value::as_str)
+        .filter(|t| !t.is_empty())?;
+    Some((message.get("id").and_then(Value::as_str), text))
 }
 
 struct Tail {
@@ -95,6 +162,10 @@ struct Tail {
     run: String,
     board: Board,
     screen: Screen,
+    /// The lead's text, when it is streamed to stdout.
+    answer: Option<Answer>,
+    /// Both the cards and the answer go to this one terminal.
+    shared_terminal: bool,
     last_event_id: Option<String>,
     error: Option<String>,
     /// Cards whose steps were read from `/events`, so they are read once.
@@ -102,9 +173,50 @@ struct Tail {
 }
 
 impl Tail {
+    /// Shows the cards, unless they share a terminal with an answer line still being
+    /// streamed: they wait for it to end rather than cut into it.
+    fn show(&mut self) -> std::io::Result<()> {
+        if self.shared_terminal && self.answer.as_ref().is_some_and(|a| a.open_line) {
+            return Ok(());
+        }
+        self.screen.show(&self.board)
+    }
+
+    /// Prints an AI text delta on stdout (`run --follow`); any other frame ends the turn.
+    fn stream_answer(&mut self, data: &Value) -> std::io::Result<()> {
+        let Some(answer) = self.answer.as_mut() else {
+            return Ok(());
+        };
+        let Some((id, text)) = ai_delta(data) else {
+            return answer.end_line();
+        };
+        if answer.message_id.as_deref() != id {
+            answer.end_line()?;
+            answer.message_id = id.map(str::to_owned);
+            // The cards as they stand before this text, which then goes below them.
+            self.screen.show(&self.board)?;
+            if self.shared_terminal {
+                self.screen.below_text();
+            }
+        }
+        answer.write(text)
+    }
+
+    fn end_answer_line(&mut self) -> std::io::Result<()> {
+        match self.answer.as_mut() {
+            Some(answer) => answer.end_line(),
+            None => Ok(()),
+        }
+    }
+
     fn stream_path(&self) -> String {
+        let messages = if self.answer.is_some() {
+            "&stream_mode=messages-tuple"
+        } else {
+            ""
+        };
         format!(
-            "/api/threads/{}/runs/{}/stream?stream_mode=custom&stream_mode=values",
+            "/api/threads/{}/runs/{}/stream?stream_mode=custom&stream_mode=values{messages}",
             encode(&self.thread),
             encode(&self.run)
         )
@@ -127,8 +239,15 @@ impl Tail {
                     self.last_event_id = Some(id);
                 }
                 match frame.event.as_str() {
-                    "values" => self.board.apply_values(&frame.data),
-                    "custom" => self.board.apply_task_event(&frame.data),
+                    "values" => {
+                        self.end_answer_line()?;
+                        self.board.apply_values(&frame.data);
+                    }
+                    "custom" => {
+                        self.end_answer_line()?;
+                        self.board.apply_task_event(&frame.data);
+                    }
+                    "messages" => self.stream_answer(&frame.data)?,
                     "error" => {
                         self.error = frame
                             .data
@@ -142,7 +261,7 @@ impl Tail {
                 }
             }
             self.backfill_settled().await?;
-            self.screen.show(&self.board)?;
+            self.show()?;
         }
     }
 
@@ -187,7 +306,7 @@ impl Tail {
             let steps = self.fetch_steps(&id).await?;
             self.board.apply_steps(&id, steps);
         }
-        self.screen.show(&self.board)?;
+        self.show()?;
         Ok(())
     }
 
@@ -254,6 +373,8 @@ fn is_refusal(error: &anyhow::Error) -> bool {
 
 /// The run to follow: the given one, else the thread's active run, else its latest.
 async fn pick_run(client: &Client, thread: &str, run: Option<String>) -> anyhow::Result<String> {
+    // The runs of an unknown thread read as empty; a thread the user names must exist.
+    client.thread(thread).await?;
     if let Some(run) = run {
         return Ok(run);
     }
@@ -271,7 +392,12 @@ async fn pick_run(client: &Client, thread: &str, run: Option<String>) -> anyhow:
         .or(runs.first())
         .and_then(|run| run.get("run_id").and_then(Value::as_str))
         .map(str::to_owned)
-        .with_context(|| format!("thread {thread} has no runs"))
+        .ok_or_else(|| {
+            UsageError(format!(
+                "thread {thread} has no runs; `subflow run --thread {thread} PROMPT` starts one"
+            ))
+            .into()
+        })
 }
 
 /// Runs `subflow tail`.
@@ -279,16 +405,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     super::client::thread_arg(&args.thread)?;
     let client = Client::new(&args.client)?;
     let run = pick_run(&client, &args.thread, args.run).await?;
-    follow_run(client, args.thread, run, args.json).await
+    follow_run(client, args.thread, run, Show::Cards { json: args.json }).await
 }
 
-/// Draws the cards of `run` until it ends (JSON lines when `json` or stdout is not a
-/// terminal); the error carries the exit code of SPEC §15.2 unless the run succeeded.
+/// Draws the cards of `run` until it ends, as `show` says; the error carries the exit
+/// code of SPEC §15.2 unless the run succeeded.
 pub async fn follow_run(
     client: Client,
     thread: String,
     run: String,
-    json: bool,
+    show: Show,
 ) -> anyhow::Result<()> {
     let models = client.get_json("/api/models").await?;
     let latest = client
@@ -303,7 +429,16 @@ pub async fn follow_run(
             .await?;
         board.apply_values(&state["values"]);
     }
-    let terminal = std::io::stdout().is_terminal();
+    let (stderr, json, answer) = match show {
+        Show::Cards { json } => (false, json, None),
+        Show::AnswerAndCards => (true, false, Some(Answer::default())),
+    };
+    let terminal = if stderr {
+        std::io::stderr().is_terminal()
+    } else {
+        std::io::stdout().is_terminal()
+    };
+    let shared_terminal = terminal && stderr && std::io::stdout().is_terminal();
     let width = std::env::var("COLUMNS")
         .ok()
         .and_then(|c| c.parse().ok())
@@ -315,12 +450,15 @@ pub async fn follow_run(
         run,
         board,
         screen: Screen {
+            stderr,
             json: json || !terminal,
             width,
             drawn: 0,
             printed: HashMap::new(),
             last_lines: Vec::new(),
         },
+        answer,
+        shared_terminal,
         last_event_id: None,
         error: None,
         backfilled: HashSet::new(),
@@ -329,14 +467,15 @@ pub async fn follow_run(
         "subflow: following run {} of thread {}",
         tail.run, tail.thread
     );
-    tail.screen.show(&tail.board)?;
+    tail.show()?;
     tokio::select! {
         followed = tail.follow() => followed?,
         _ = tokio::signal::ctrl_c() => return Err(Exit::new(130, "interrupted").into()),
     }
+    tail.end_answer_line()?;
     tail.board.end_turn();
     tail.backfill_settled().await?;
-    tail.screen.show(&tail.board)?;
+    tail.show()?;
     let record = tail
         .client
         .get_json(&format!(
