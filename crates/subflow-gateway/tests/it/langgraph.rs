@@ -9,11 +9,10 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use subflow_contracts::RunEvent;
-use subflow_gateway::AuthMode;
 use subflow_store::EventQuery;
 use subflow_store::conformance::assert_conforms;
 
-use crate::{Frame, TestApp, parse_frames, spawn_app, spawn_app_tweaked};
+use crate::{Frame, Options, TestApp, parse_frames, spawn_app, spawn_app_with};
 
 /// What DeerFlow's web client asks for: no `values`.
 const DEERFLOW_MODES: [&str; 3] = ["messages-tuple", "updates", "custom"];
@@ -68,6 +67,15 @@ impl TestApp {
         query.limit = 2000;
         self.store.list_events(&query).await.unwrap()
     }
+}
+
+/// A gateway whose scripted model pauses `delay_ms` between streamed pieces.
+async fn paced(delay_ms: u64) -> TestApp {
+    spawn_app_with(Options {
+        delay_ms,
+        ..Options::default()
+    })
+    .await
 }
 
 fn run_id(frames: &[Frame]) -> String {
@@ -326,7 +334,7 @@ async fn minus_one_replays_from_the_start_and_sdk_rejoin_parameters_are_accepted
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_past_a_live_runs_end_is_a_422_at_once() {
-    let app = crate::spawn_app_with(200, Duration::from_secs(15)).await;
+    let app = paced(200).await;
     let response = app
         .client
         .post(app.url("/api/threads/t-live/runs"))
@@ -453,7 +461,7 @@ async fn the_demo_a_cancelled_and_a_timed_out_run_each_end_with_one_run_end() {
     assert!(of_task[0].created_at < of_task.last().unwrap().created_at);
 
     // Cancelled mid-run.
-    let slow = crate::spawn_app_with(100, Duration::from_secs(15)).await;
+    let slow = paced(100).await;
     let created: Value = slow
         .client
         .post(slow.url("/api/threads/t-cancel/runs"))
@@ -497,8 +505,10 @@ async fn the_demo_a_cancelled_and_a_timed_out_run_each_end_with_one_run_end() {
     );
 
     // Past the run timeout.
-    let timed = spawn_app_tweaked(AuthMode::Local, 100, Duration::from_secs(15), |state| {
-        state.run_timeout = Duration::from_millis(300);
+    let timed = spawn_app_with(Options {
+        delay_ms: 100,
+        configure: Box::new(|app| app.run_timeout = Duration::from_millis(300)),
+        ..Options::default()
     })
     .await;
     let streamed = timed.stream_run("t-timeout", demo(&DEERFLOW_MODES)).await;
