@@ -69,6 +69,15 @@ impl TestApp {
     }
 }
 
+/// A gateway whose scripted model pauses `delay_ms` between streamed pieces.
+async fn paced(delay_ms: u64) -> TestApp {
+    spawn_app_with(Options {
+        delay_ms,
+        ..Options::default()
+    })
+    .await
+}
+
 fn run_id(frames: &[Frame]) -> String {
     assert_eq!(frames[0].event, "metadata");
     frames[0].data["run_id"].as_str().unwrap().to_owned()
@@ -325,11 +334,7 @@ async fn minus_one_replays_from_the_start_and_sdk_rejoin_parameters_are_accepted
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cursor_past_a_live_runs_end_is_a_422_at_once() {
-    let app = spawn_app_with(Options {
-        delay_ms: 200,
-        ..Options::default()
-    })
-    .await;
+    let app = paced(200).await;
     let response = app
         .client
         .post(app.url("/api/threads/t-live/runs"))
@@ -456,11 +461,7 @@ async fn the_demo_a_cancelled_and_a_timed_out_run_each_end_with_one_run_end() {
     assert!(of_task[0].created_at < of_task.last().unwrap().created_at);
 
     // Cancelled mid-run.
-    let slow = spawn_app_with(Options {
-        delay_ms: 100,
-        ..Options::default()
-    })
-    .await;
+    let slow = paced(100).await;
     let created: Value = slow
         .client
         .post(slow.url("/api/threads/t-cancel/runs"))

@@ -455,11 +455,16 @@ async fn a_panicking_lead_ends_the_run_error_with_its_error_event_flushed_and_ob
     assert_eq!(run.error.as_deref(), Some("The run ended unexpectedly"));
     let thread = h.store.get_thread("t1").await.unwrap().unwrap();
     assert_eq!(thread.status, subflow_contracts::ThreadStatus::Error);
-    // The run's record ends like any failed run's: run.error, flushed before the status.
+    // The run's record ends like any failed run's: run.error, flushed before the status,
+    // then the one run.end mirroring it.
     let events = h.events("t1", "r1").await;
     let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
-    assert_eq!(types, ["run.start", "llm.human.input", "run.error"]);
-    let error = events.last().unwrap();
+    assert_eq!(
+        types,
+        ["run.start", "llm.human.input", "run.error", "run.end"]
+    );
+    assert_eq!(events[3].metadata["status"], "error");
+    let error = &events[2];
     assert_eq!(error.category, "error");
     assert_eq!(error.content, json!("The run ended unexpectedly"));
     assert_eq!(error.metadata["error_type"], "InternalError");
