@@ -11,6 +11,7 @@ use subflow_store::buffer::{BufferPolicy, EventBuffer, EventScope, RetryQueue, S
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::Admission;
+use crate::batch::BatchToolConfig;
 use crate::guards::{LoopDetectionConfig, LoopDetector, TokenBudgetConfig};
 use crate::journal::Journal;
 use crate::metrics::{NoMetrics, RuntimeMetrics};
@@ -54,6 +55,8 @@ pub struct RuntimeConfig {
     pub loop_detection: LoopDetectionConfig,
     /// `token_budget.*`.
     pub token_budget: TokenBudgetConfig,
+    /// `subagent_batches.*` as the lead's batch tools apply them.
+    pub batches: BatchToolConfig,
 }
 
 impl RuntimeConfig {
@@ -75,6 +78,7 @@ impl RuntimeConfig {
             usage_snapshot_interval: Duration::from_secs(5),
             loop_detection: LoopDetectionConfig::default(),
             token_budget: TokenBudgetConfig::default(),
+            batches: BatchToolConfig::default(),
         }
     }
 }
