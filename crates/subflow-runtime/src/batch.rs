@@ -7,12 +7,11 @@
 //! them counts as a delegation: `subagents.max_total_per_run` neither limits nor is
 //! relaxed by batch work.
 //!
-//! [`ExecutionSpec`] is the worker-only `execution_spec` of a batch: who submitted it,
-//! the subagent definition with its tools resolved, the model and the trace id. A worker
+//! The batch's `execution_spec` is an [`ExecutionSpec`] of the submitting run: a worker
 //! rebuilds each item's execution from it alone, whatever the configuration of the
 //! process that claims the item.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use subflow_contracts::messages::{ToolCall, ToolMessage, ToolStatus};
 use subflow_models::ToolSpec;
@@ -22,7 +21,7 @@ use subflow_store::batches::{
 use uuid::Uuid;
 
 use crate::runtime::{RunContext, Runtime};
-use crate::subagent::{DetachedExecution, SubagentDefinition};
+use crate::subagent::{ExecutionSpec, SubmittedBy};
 
 /// The tool that submits a batch.
 pub const BATCH_TASK: &str = "batch_task";
@@ -43,13 +42,6 @@ pub const DUPLICATE_KEYS: &str = "Batch item keys must be unique.";
 pub const NO_THREAD: &str = "Durable batches require a thread_id.";
 /// `batch_status` and `cancel_batch` for a missing or foreign batch.
 pub const NOT_FOUND: &str = "Batch not found.";
-
-/// The at-least-once preamble that precedes every item prompt (SPEC §12.6).
-pub fn item_preamble(item_key: &str) -> String {
-    format!(
-        "[Durable batch item \"{item_key}\"] This item may be executed more than once after a worker failure (at-least-once delivery). Treat the item key as its idempotency identity: make side effects idempotent on it, or avoid them."
-    )
-}
 
 /// The `subagent_batches.*` settings the tools apply (SPEC §12.10).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -146,65 +138,6 @@ fn batch_id_parameters() -> Value {
     json!({"type": "object", "properties": {
         "batch_id": {"type": "string", "description": "The id batch_task returned"}
     }, "required": ["batch_id"]})
-}
-
-/// What a batch's items run from (the hidden `execution_spec`, SPEC §12.3).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ExecutionSpec {
-    /// The user the items act for (`langfuse.user.id`, the batch owner).
-    pub user_id: String,
-    /// The thread whose workspace the items act in.
-    pub thread_id: String,
-    /// The lead run that submitted the batch.
-    pub run_id: Option<String>,
-    /// That run's trace id (`deerflow_trace_id`).
-    pub trace_id: String,
-    /// The configured name of the model the items run on.
-    pub model_name: String,
-    /// The subagent as configured at submission, its `tools` resolved to the explicit
-    /// list it was allowed then: an item never gains a tool the submitter lacked.
-    pub subagent: SubagentDefinition,
-}
-
-impl ExecutionSpec {
-    /// The JSON stored with the batch.
-    pub fn to_value(&self) -> Value {
-        serde_json::to_value(self).unwrap_or(Value::Null)
-    }
-
-    /// Reads a stored `execution_spec`.
-    pub fn from_value(value: &Value) -> Result<Self, String> {
-        Self::deserialize(value).map_err(|error| format!("invalid execution_spec: {error}"))
-    }
-
-    /// One attempt of an item: the preamble then the item's prompt, traced with the
-    /// batch id and item key (SPEC §9.2). `scope_id` must differ between attempts.
-    pub fn execution(
-        &self,
-        batch_id: &str,
-        item_key: &str,
-        prompt: &str,
-        scope_id: String,
-    ) -> DetachedExecution {
-        let mut metadata = Vec::new();
-        if let Some(run_id) = &self.run_id {
-            metadata.push(("run_id".to_owned(), run_id.clone()));
-        }
-        metadata.push(("batch_id".to_owned(), batch_id.to_owned()));
-        metadata.push(("item_key".to_owned(), item_key.to_owned()));
-        DetachedExecution {
-            definition: self.subagent.clone(),
-            model_name: self.model_name.clone(),
-            prompt: format!("{}\n\n{prompt}", item_preamble(item_key)),
-            thread_id: self.thread_id.clone(),
-            user_id: self.user_id.clone(),
-            trace_id: self.trace_id.clone(),
-            scope_id,
-            label: format!("batch item {item_key}"),
-            trace_metadata: metadata,
-        }
-    }
 }
 
 /// `batch_task`'s arguments as the model sends them.
@@ -327,24 +260,20 @@ async fn submit(
             "max_running_items ({running}) must not exceed max_live_items ({live})"
         )));
     }
-    let mut subagent = definition.clone();
-    subagent.tools = Some(
-        crate::tools::BUILTIN_TOOLS
-            .iter()
-            .filter(|tool| definition.allows(tool))
-            .map(|tool| (*tool).to_owned())
-            .collect(),
-    );
     let model_name =
         runtime.model_name(Some(definition.model.as_deref().unwrap_or(&run.model_name)));
-    let spec = ExecutionSpec {
-        user_id: run.user_id.clone(),
-        thread_id: run.thread_id.clone(),
-        run_id: (!run.run_id.is_empty()).then(|| run.run_id.clone()),
-        trace_id: run.trace_id.clone(),
-        model_name,
-        subagent,
-    };
+    let run_id = (!run.run_id.is_empty()).then(|| run.run_id.clone());
+    let spec = ExecutionSpec::new(
+        definition,
+        &model_name,
+        SubmittedBy {
+            user_id: run.user_id.clone(),
+            thread_id: run.thread_id.clone(),
+            run_id: run_id.clone(),
+            tool_call_id: Some(call.id.clone()),
+            trace_id: run.trace_id.clone(),
+        },
+    );
     let scope = if run.run_id.is_empty() {
         &run.thread_id
     } else {
@@ -353,7 +282,7 @@ async fn submit(
     let batch = NewBatch {
         thread_id: run.thread_id.clone(),
         user_id: run.user_id.clone(),
-        run_id: spec.run_id.clone(),
+        run_id,
         tool_call_id: Some(call.id.clone()),
         submission_key: format!("{scope}:{}", call.id),
         title: args
@@ -497,36 +426,6 @@ mod tests {
         assert_eq!(
             limit("max_running_items", Some(-1), 3, 64),
             Err("max_running_items must be between 1 and 64, got -1".to_owned())
-        );
-    }
-
-    #[test]
-    fn an_execution_spec_round_trips_and_an_item_prompt_opens_with_the_preamble() {
-        let spec = ExecutionSpec {
-            user_id: "u1".into(),
-            thread_id: "t1".into(),
-            run_id: Some("r1".into()),
-            trace_id: "abc".into(),
-            model_name: "scripted".into(),
-            subagent: SubagentDefinition::general_purpose(60),
-        };
-        assert_eq!(
-            ExecutionSpec::from_value(&spec.to_value()),
-            Ok(spec.clone())
-        );
-        assert!(ExecutionSpec::from_value(&json!({"user_id": 1})).is_err());
-        let execution = spec.execution("subagent-batch-1", "item-7", "Summarise", "s1".into());
-        assert_eq!(
-            execution.prompt,
-            "[Durable batch item \"item-7\"] This item may be executed more than once after a worker failure (at-least-once delivery). Treat the item key as its idempotency identity: make side effects idempotent on it, or avoid them.\n\nSummarise"
-        );
-        assert_eq!(
-            execution.trace_metadata,
-            [
-                ("run_id".to_owned(), "r1".to_owned()),
-                ("batch_id".to_owned(), "subagent-batch-1".to_owned()),
-                ("item_key".to_owned(), "item-7".to_owned()),
-            ]
         );
     }
 }

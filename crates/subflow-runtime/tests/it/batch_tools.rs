@@ -7,8 +7,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use subflow_contracts::messages::{Message, ToolMessage, ToolStatus};
 use subflow_contracts::{BatchItemStatus, BatchStatus, RunStopReason};
-use subflow_runtime::batch::ExecutionSpec;
 use subflow_runtime::runtime::RuntimeConfig;
+use subflow_runtime::subagent::ExecutionSpec;
 use subflow_store::batches::{BatchQuery, BatchScope, ItemQuery, NewBatch, NewItem};
 use subflow_store::{MemoryStore, Store};
 
@@ -123,6 +123,11 @@ async fn slash_batch_submits_one_keyed_item_per_line_and_the_lead_reports_the_ba
         ("u1", "t1", "scripted")
     );
     assert_eq!(spec.trace_id, "0af7651916cd43dd8448eb211c80319c");
+    assert_eq!(spec.run_id.as_deref(), Some("r1"));
+    assert_eq!(
+        spec.tool_call_id.as_deref(),
+        Some(tool.tool_call_id.as_str())
+    );
     assert_eq!(spec.subagent.name, "general-purpose");
     assert_eq!(
         spec.subagent.tools.as_deref().unwrap(),
