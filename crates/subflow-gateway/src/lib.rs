@@ -1,5 +1,6 @@
 //! The HTTP gateway: the LangGraph-compatible runs API with SSE framing (SPEC §2), the
-//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), `/health`, `/metrics`
+//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), the durable-batch routes and
+//! `/api/features` (SPEC §12.2, §12.11), `/health`, `/metrics`
 //! (SPEC §15.1), and one `X-Trace-Id` on every response (SPEC §8.1). Every `/api` route has a caller, a
 //! permission and, for thread routes, an ownership check (`auth`, SPEC §13).
 //!
@@ -34,6 +35,7 @@ use subflow_telemetry::Metrics;
 
 pub use auth::{AuthMode, Caller};
 pub use error::ApiError;
+pub use routes::batches::BatchFeatures;
 
 /// A model as `/api/models` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -99,6 +101,8 @@ pub struct AppState {
     pub web_enabled: bool,
     /// Run streams: hubs, the durable log, leases (`streams.*`, `runs.lease_seconds`).
     pub streams: stream::Streams,
+    /// Durable batches: configured or not, and whether a worker runs (SPEC §12.11).
+    pub batches: BatchFeatures,
 }
 
 impl AppState {
@@ -128,6 +132,7 @@ impl AppState {
             metrics_public: false,
             web_enabled: true,
             streams: stream::Streams::default(),
+            batches: BatchFeatures::default(),
         }
     }
 }
@@ -182,7 +187,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(routes::health))
         .route("/metrics", get(metrics::get))
         .route("/api/models", get(routes::models))
-        .route("/api/features", get(routes::features))
+        .route("/api/features", get(routes::batches::features))
         .route("/api/openapi.json", get(openapi::get))
         .route("/api/assistants/lead_agent", get(routes::get_assistant))
         .route("/api/assistants/search", post(routes::search_assistants))
@@ -235,6 +240,38 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/threads/{thread_id}/runs/{run_id}/stream",
             get(routes::runs::rejoin),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches",
+            get(routes::batches::list),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}",
+            get(routes::batches::get),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/items",
+            get(routes::batches::items),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/pause",
+            post(routes::batches::pause),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/resume",
+            post(routes::batches::resume),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/cancel",
+            post(routes::batches::cancel),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/items/{item_id}/retry",
+            post(routes::batches::retry),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl",
+            get(routes::batches::results),
         )
         .fallback(web::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))

@@ -1,5 +1,6 @@
 //! Route handlers, one module per resource.
 
+pub mod batches;
 pub mod events;
 pub mod runs;
 pub mod threads;
@@ -42,13 +43,6 @@ pub async fn get_assistant() -> Json<Value> {
 /// `POST /api/assistants/search`.
 pub async fn search_assistants() -> Json<Value> {
     Json(json!([assistant()]))
-}
-
-/// `GET /api/features` (SPEC §12.11); durable batches are not part of this build.
-pub async fn features() -> Json<Value> {
-    Json(
-        json!({"subagent_batches": {"enabled": false, "repository_available": true, "worker_running": false, "max_running": 0}}),
-    )
 }
 
 /// Unknown paths.

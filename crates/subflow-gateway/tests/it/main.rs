@@ -9,11 +9,13 @@ use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::admission::{Admission, AdmissionConfig};
 use subflow_runtime::runtime::{Models, Runtime, RuntimeConfig};
 use subflow_store::Store;
+use subflow_store::batches::{BatchScope, ClaimRequest, ItemFailure, ItemQuery, NewBatch, NewItem};
 use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
 use subflow_store::spill::SpillFile;
 
 mod api;
 mod auth;
+mod batches;
 mod export;
 mod lifecycle;
 mod metrics;
@@ -160,6 +162,111 @@ pub struct Streamed {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// Submits a batch of `items` for `user` in `thread` straight into the store, with
+    /// one attempt per item; returns its id and its items' ids in position order.
+    pub async fn submit_batch(
+        &self,
+        thread: &str,
+        user: &str,
+        items: usize,
+    ) -> (String, Vec<String>) {
+        let batch = self
+            .store
+            .submit_batch(NewBatch {
+                thread_id: thread.into(),
+                user_id: user.into(),
+                run_id: None,
+                tool_call_id: None,
+                submission_key: format!("{thread}:{}", uuid::Uuid::new_v4()),
+                title: "Fixture".into(),
+                subagent_type: "general-purpose".into(),
+                max_live_items: 100,
+                max_running_items: 50,
+                max_attempts: 1,
+                execution_spec: serde_json::json!({}),
+                items: (0..items)
+                    .map(|i| NewItem {
+                        item_key: format!("item-{}", i + 1),
+                        prompt: format!("prompt {}", i + 1),
+                        acceptance_criteria: vec![],
+                    })
+                    .collect(),
+            })
+            .await
+            .unwrap()
+            .batch;
+        let scope = BatchScope::thread(user, thread);
+        let mut ids = Vec::with_capacity(items);
+        while ids.len() < items {
+            let query = ItemQuery {
+                status: None,
+                offset: ids.len() as u32,
+                limit: 500,
+            };
+            let page = self
+                .store
+                .list_items(&scope, &batch.id, &query)
+                .await
+                .unwrap();
+            ids.extend(page.into_iter().map(|item| item.id));
+        }
+        (batch.id, ids)
+    }
+
+    /// A one-item batch of `user` in `thread` whose item has failed; returns the batch
+    /// and item ids.
+    pub async fn failed_batch(&self, thread: &str, user: &str) -> (String, String) {
+        self.batch_with_failure(thread, user, 1).await
+    }
+
+    /// A batch of `items` items of `user` in `thread` whose first item has failed
+    /// (claimed by a stand-in worker and finalised as a failure); the other items are
+    /// still unfinished. Other items the stand-in claims meanwhile are handed back
+    /// (queued, attempt restored). Returns the batch and the failed item's ids.
+    pub async fn batch_with_failure(
+        &self,
+        thread: &str,
+        user: &str,
+        items: usize,
+    ) -> (String, String) {
+        let (batch, items) = self.submit_batch(thread, user, items).await;
+        let claimed = self
+            .store
+            .claim_pass(&ClaimRequest {
+                hostname: "fixture".into(),
+                worker_id: "0".repeat(32),
+                free_slots: 64,
+                lease: Duration::from_secs(60),
+            })
+            .await
+            .unwrap()
+            .claimed;
+        for other in claimed.iter().filter(|c| c.item.id != items[0]) {
+            let reason = subflow_store::batches::ReleaseReason::ShutdownBeforeAdmission;
+            self.store
+                .release_claim(&other.lease(), &reason)
+                .await
+                .unwrap();
+        }
+        let mine = claimed
+            .iter()
+            .find(|c| c.item.id == items[0])
+            .expect("the new item is claimed");
+        let failure = ItemFailure {
+            error: "boom".into(),
+            model_name: None,
+            stop_reason: None,
+            token_usage: None,
+        };
+        let status = self
+            .store
+            .finish_failure(&mine.lease(), &failure)
+            .await
+            .unwrap();
+        assert_eq!(status, Some(subflow_contracts::BatchItemStatus::Failed));
+        (batch, items[0].clone())
     }
 
     /// Posts a run request to `…/runs/stream` and reads the whole event stream.

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use subflow_gateway::usage::{ModelFacts, Price};
-use subflow_gateway::{AppState, ModelListing};
+use subflow_gateway::{AppState, BatchFeatures, ModelListing};
 use subflow_runtime::admission::Admission;
 use subflow_runtime::runtime::{Models, Runtime};
 use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
@@ -169,6 +169,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             retention: Duration::from_secs(config.streams.retention_seconds),
             lease: Duration::from_secs(config.runs.lease_seconds),
         }),
+        batches: BatchFeatures::new(
+            config.subagent_batches.enabled,
+            Duration::from_secs(config.subagent_batches.lease_seconds),
+            config.subagent_runtime.max_running,
+        ),
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
