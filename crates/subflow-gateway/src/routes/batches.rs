@@ -6,8 +6,6 @@
 //! a missing or foreign batch, or one of another thread, is 404 `Subagent batch not
 //! found`. There is no create route: the lead submits batches with `batch_task`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Json;
@@ -44,32 +42,24 @@ pub struct BatchFeatures {
     pub enabled: bool,
     /// `subagent_batches.lease_seconds`: a heartbeat younger than this is a live worker.
     pub lease: Duration,
-    /// `subagent_runtime.max_running`: the claim capacity of this process's worker.
-    pub max_running: usize,
-    /// Set while this process runs a batch worker.
-    pub local_worker: Arc<AtomicBool>,
+    /// This process's batch worker, when it runs one.
+    pub worker: Option<subflow_batches::Handle>,
 }
 
 impl Default for BatchFeatures {
     fn default() -> Self {
-        BatchFeatures::new(true, Duration::from_secs(120), 3)
+        BatchFeatures {
+            enabled: true,
+            lease: Duration::from_secs(120),
+            worker: None,
+        }
     }
 }
 
 impl BatchFeatures {
-    /// Batches as configured, with no worker running here yet.
-    pub fn new(enabled: bool, lease: Duration, max_running: usize) -> Self {
-        BatchFeatures {
-            enabled,
-            lease,
-            max_running,
-            local_worker: Arc::new(AtomicBool::new(false)),
-        }
-    }
-
     /// Whether this process runs a worker now.
     pub fn local_worker_running(&self) -> bool {
-        self.local_worker.load(Ordering::SeqCst)
+        self.worker.as_ref().is_some_and(|w| w.is_running())
     }
 }
 
@@ -97,10 +87,12 @@ pub(crate) async fn worker_running(state: &AppState) -> Result<bool, ApiError> {
 /// `GET /api/features`.
 pub async fn features(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let running = worker_running(&state).await?;
-    let max_running = if running {
-        state.batches.max_running
-    } else {
-        0
+    // The claim capacity of a worker here: this process's, or what one started with
+    // this configuration would have.
+    let max_running = match &state.batches.worker {
+        Some(worker) if running => worker.max_running(),
+        _ if running => state.runtime.admission().max_running(),
+        _ => 0,
     };
     Ok(Json(json!({"subagent_batches": {
         "enabled": running,

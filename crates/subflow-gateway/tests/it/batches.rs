@@ -3,10 +3,10 @@
 //! `/api/features`. A stand-in worker drives items through the store's worker calls.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use subflow_batches::{Options, Worker};
 use subflow_contracts::BatchItemStatus;
 use subflow_gateway::AuthMode;
 use subflow_store::Store;
@@ -542,17 +542,73 @@ async fn slash_batch_in_a_run_submits_a_batch_the_routes_then_show() {
     assert_eq!(keys, ["item-1", "item-2", "item-3"]);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn features_report_a_worker_only_while_one_runs_here() {
-    let app = spawn_app_tweaked(AuthMode::Local, 0, Duration::from_secs(15), |state| {
-        state.batches.max_running = 5;
-    })
+/// A gateway whose state carries the handle of a real batch worker on its store and
+/// runtime, and that worker, not yet running.
+async fn gateway_with_worker(store: Option<Arc<dyn Store>>) -> (TestApp, Worker) {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn Store> = match store {
+        Some(store) => store,
+        None => {
+            let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
+            Arc::new(
+                subflow_store_sqlite::SqliteStore::open(&url, 4)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    let mut worker = None;
+    let app = serve_on(
+        store.clone(),
+        dir,
+        AuthMode::Local,
+        0,
+        Duration::from_secs(15),
+        |state| {
+            state.batches.lease = Duration::from_secs(10);
+            let built = Options::new(store.clone(), state.runtime.clone(), "test-host")
+                .build()
+                .unwrap();
+            state.batches.worker = Some(built.handle());
+            worker = Some(built);
+        },
+    )
     .await;
-    let (_, stopped) = send(&app, "GET", "/api/features").await;
-    assert_eq!(
-        stopped,
-        json!({"subagent_batches": {"enabled": false, "repository_available": true, "worker_running": false, "max_running": 0}})
-    );
+    (app, worker.unwrap())
+}
+
+/// Runs `worker` until the returned sender fires; waits until it reports running.
+async fn start(
+    worker: Worker,
+) -> (
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<()>,
+) {
+    let handle = worker.handle();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        worker
+            .run(async {
+                let _ = stopped.await;
+            })
+            .await
+            .unwrap();
+    });
+    while !handle.is_running() {
+        tokio::task::yield_now().await;
+    }
+    (stop, task)
+}
+
+async fn features(app: &TestApp) -> Value {
+    send(app, "GET", "/api/features").await.1["subagent_batches"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn features_report_this_processs_worker_only_while_it_runs() {
+    let (app, worker) = gateway_with_worker(None).await;
+    let stopped = json!({"enabled": false, "repository_available": true, "worker_running": false, "max_running": 0});
+    assert_eq!(features(&app).await, stopped);
     // A heartbeat means nothing on SQLite: only this process could run a worker.
     app.store
         .heartbeat(&WorkerHeartbeat {
@@ -562,43 +618,23 @@ async fn features_report_a_worker_only_while_one_runs_here() {
         })
         .await
         .unwrap();
-    let (_, still) = send(&app, "GET", "/api/features").await;
-    assert_eq!(still["subagent_batches"]["worker_running"], false);
+    assert_eq!(features(&app).await, stopped);
+    let (stop, task) = start(worker).await;
+    assert_eq!(
+        features(&app).await,
+        json!({"enabled": true, "repository_available": true, "worker_running": true, "max_running": 3})
+    );
+    stop.send(()).unwrap();
+    task.await.unwrap();
+    assert_eq!(features(&app).await, stopped);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn features_see_this_processs_worker_and_on_postgres_a_live_heartbeat_elsewhere() {
+async fn features_on_postgres_see_a_live_heartbeat_of_a_worker_elsewhere() {
     let db = TestDb::new().await;
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(&db.url, 4).await.unwrap());
-    let dir = tempfile::tempdir().unwrap();
-    let mut flag = None;
-    let app = serve_on(
-        store,
-        dir,
-        AuthMode::Local,
-        0,
-        Duration::from_secs(15),
-        |state| {
-            state.batches.lease = Duration::from_secs(10);
-            flag = Some(state.batches.local_worker.clone());
-        },
-    )
-    .await;
-    let flag = flag.unwrap();
-    let running = |app: &TestApp| {
-        let app = app.client.clone().get(app.url("/api/features"));
-        async move {
-            let body: Value = app.send().await.unwrap().json().await.unwrap();
-            body["subagent_batches"].clone()
-        }
-    };
-    assert_eq!(running(&app).await["worker_running"], false);
-    flag.store(true, Ordering::SeqCst);
-    assert_eq!(
-        running(&app).await,
-        json!({"enabled": true, "repository_available": true, "worker_running": true, "max_running": 3})
-    );
-    flag.store(false, Ordering::SeqCst);
+    let (app, _idle) = gateway_with_worker(Some(store)).await;
+    assert_eq!(features(&app).await["worker_running"], false);
     app.store
         .heartbeat(&WorkerHeartbeat {
             worker_id: "3".repeat(32),
@@ -608,10 +644,47 @@ async fn features_see_this_processs_worker_and_on_postgres_a_live_heartbeat_else
         .await
         .unwrap();
     assert_eq!(
-        running(&app).await,
+        features(&app).await,
         json!({"enabled": true, "repository_available": true, "worker_running": true, "max_running": 3}),
         "a live heartbeat on PostgreSQL is a running worker"
     );
     app.store.remove_worker(&"3".repeat(32)).await.unwrap();
-    assert_eq!(running(&app).await["worker_running"], false);
+    assert_eq!(features(&app).await["worker_running"], false);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_batch_gauges_read_what_the_database_holds() {
+    let app = spawn_app().await;
+    let (batch, _) = app.batch_with_failure("t1", "default", 3).await;
+    app.submit_batch("t2", "default", 2).await;
+    send(&app, "POST", &batch_path("t1", &batch, "/pause")).await;
+    app.store
+        .heartbeat(&WorkerHeartbeat {
+            worker_id: "4".repeat(32),
+            hostname: "here".into(),
+            started_at: subflow_store::now_rfc3339(),
+        })
+        .await
+        .unwrap();
+    let text = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for line in [
+        "subflow_batch_items{status=\"pending\"} 2\n",
+        "subflow_batch_items{status=\"queued\"} 2\n",
+        "subflow_batch_items{status=\"failed\"} 1\n",
+        "subflow_batch_items{status=\"succeeded\"} 0\n",
+        "subflow_batches{status=\"paused\"} 1\n",
+        "subflow_batches{status=\"queued\"} 1\n",
+        "subflow_batches{status=\"running\"} 0\n",
+        "subflow_batch_workers 1\n",
+    ] {
+        assert!(text.contains(line), "{line}: {text}");
+    }
 }

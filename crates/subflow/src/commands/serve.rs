@@ -1,21 +1,18 @@
 //! `subflow serve`: loads and validates the configuration, migrates the database,
-//! re-applies spilled run events, then serves the gateway until interrupted.
+//! re-applies spilled run events, starts the batch worker unless `--no-worker` (or
+//! `subagent_batches.enabled = false`), then serves the gateway until interrupted; the
+//! worker stops within 5 s of the signal.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use subflow_gateway::usage::{ModelFacts, Price};
 use subflow_gateway::{AppState, BatchFeatures, ModelListing};
-use subflow_runtime::admission::Admission;
-use subflow_runtime::runtime::{Models, Runtime};
-use subflow_store::buffer::{RetryPolicy, RetryQueue, StoreCounters};
-use subflow_store::spill::SpillFile;
-use subflow_telemetry::{Metrics, OtlpExporter};
 
 use super::config::ConfigArgs;
 use crate::config::{AuthMode, Config};
-use crate::storage::{data_dir, redact};
+use crate::process::{Process, shutdown_on_signal};
+use crate::storage::redact;
 
 /// Arguments of `subflow serve`.
 #[derive(Debug, clap::Args)]
@@ -70,25 +67,6 @@ fn facts(config: &Config) -> Vec<ModelFacts> {
     facts
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(_) => return interrupt.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
-}
-
 /// Runs `subflow serve`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut overrides = Vec::new();
@@ -99,60 +77,30 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         overrides.push(("database.url", url.as_str()));
     }
     let built = args.config.load_and_build(&overrides)?;
-    let config = built.config;
     crate::logging::init(
-        &config.logging.level,
-        crate::logging::LineFormat::of(&config.logging),
+        &built.config.logging.level,
+        crate::logging::LineFormat::of(&built.config.logging),
     );
+    let process = Process::start(built).await?;
+    let config = &process.config;
     let url = config.database.url.clone();
-    let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
-    let store = backend.store();
-    let data_dir = data_dir(&url);
-    let counters = Arc::new(StoreCounters::default());
-    let spill = Arc::new(SpillFile::in_dir(&data_dir));
-    let retry = RetryQueue::spawn(
-        store.clone(),
-        spill,
-        RetryPolicy::default(),
-        counters.clone(),
-    );
-    // One registry for the process: the runtime, the gateway and the exporters count into it.
-    let metrics = Arc::new(Metrics::new(
-        counters.clone(),
-        built.observers.counters().clone(),
-    ));
-    let mut runtime = Runtime::new(
-        config.runtime_config(&data_dir),
-        store.clone(),
-        Models::new(built.models),
-        Admission::new(config.subagent_runtime.clone()),
-        retry.clone(),
-        counters,
-    )
-    .with_observers(built.observers)
-    .with_metrics(metrics.clone());
-    let mut exporters = Vec::new();
-    for exporter in built.exporters {
-        tracing::info!(exporter = %exporter.name, endpoint = %exporter.endpoint, "exporting spans");
-        let dropped = metrics.otlp_dropped(&exporter.name);
-        exporters.push(OtlpExporter::spawn(exporter, dropped).context("starting a span exporter")?);
-    }
-    if !exporters.is_empty() {
-        let sinks = exporters
-            .iter()
-            .map(|e| Arc::new(e.clone()) as Arc<dyn subflow_runtime::spans::SpanSink>)
-            .collect();
-        runtime = runtime.with_spans(
-            Arc::new(subflow_runtime::spans::FanOut(sinks)),
-            config.tracing.environment.clone(),
-        );
-    }
+    let shutdown = shutdown_on_signal();
+    let (worker, worker_task) = if args.no_worker {
+        tracing::info!("running without a batch worker (--no-worker)");
+        (None, None)
+    } else if !config.subagent_batches.enabled {
+        tracing::info!("running without a batch worker (subagent_batches.enabled = false)");
+        (None, None)
+    } else {
+        let (handle, task) = Process::spawn_worker(process.batch_worker()?, shutdown.clone());
+        (Some(handle), Some(task))
+    };
     let state = AppState {
-        runtime,
-        store,
-        models: listings(&config),
+        runtime: process.runtime.clone(),
+        store: process.store.clone(),
+        models: listings(config),
         token_usage_enabled: config.token_usage.enabled,
-        model_facts: facts(&config),
+        model_facts: facts(config),
         run_timeout: Duration::from_secs(config.runs.timeout_seconds),
         heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
         active: Default::default(),
@@ -162,18 +110,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             AuthMode::Token => subflow_gateway::AuthMode::Token,
         },
         web_enabled: config.web.enabled,
-        metrics,
+        metrics: process.metrics.clone(),
         metrics_enabled: config.metrics.enabled,
         metrics_public: config.metrics.public,
         streams: subflow_gateway::stream::Streams::new(subflow_gateway::stream::StreamConfig {
             retention: Duration::from_secs(config.streams.retention_seconds),
             lease: Duration::from_secs(config.runs.lease_seconds),
         }),
-        batches: BatchFeatures::new(
-            config.subagent_batches.enabled,
-            Duration::from_secs(config.subagent_batches.lease_seconds),
-            config.subagent_runtime.max_running,
-        ),
+        batches: BatchFeatures {
+            enabled: config.subagent_batches.enabled,
+            lease: Duration::from_secs(config.subagent_batches.lease_seconds),
+            worker,
+        },
     };
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
@@ -181,23 +129,18 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
-    if args.no_worker {
-        tracing::info!("running without a batch worker");
-    }
     eprintln!(
         "subflow: listening on http://{address} (database {})",
         redact(&url)
     );
-    subflow_gateway::serve(listener, state, shutdown_signal())
-        .await
-        .context("serving HTTP")?;
-    // Records that could not be written yet are spilled, to be re-applied at the next start.
-    retry.shutdown().await;
-    // Spans still queued get one last export, bounded by the export timeout.
-    let deadline = Duration::from_secs(config.tracing.export_timeout_seconds + 1);
-    for exporter in &exporters {
-        let _ = tokio::time::timeout(deadline, exporter.flush()).await;
+    let served = subflow_gateway::serve(listener, state, shutdown.clone().cancelled_owned()).await;
+    // Serving may also end on an error: the worker stops with the process either way.
+    shutdown.cancel();
+    if let Some(task) = worker_task {
+        let _ = task.await;
     }
+    served.context("serving HTTP")?;
+    process.stop().await;
     eprintln!("subflow: stopped");
     Ok(())
 }
