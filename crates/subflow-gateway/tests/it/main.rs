@@ -15,6 +15,7 @@ use subflow_store::spill::SpillFile;
 
 mod api;
 mod auth;
+mod batch_worker;
 mod batches;
 mod export;
 mod lifecycle;
@@ -29,6 +30,8 @@ pub struct TestApp {
     pub store: Arc<dyn Store>,
     /// The registry behind `/metrics`.
     pub metrics: Arc<subflow_telemetry::Metrics>,
+    /// The execution slots its runtime shares between tasks and batch items.
+    pub admission: Admission,
     _dir: tempfile::TempDir,
 }
 
@@ -85,6 +88,38 @@ pub async fn serve_on(
     heartbeat: Duration,
     tweak: impl FnOnce(&mut AppState),
 ) -> TestApp {
+    serve_configured(
+        store,
+        dir,
+        auth,
+        delay_ms,
+        heartbeat,
+        AdmissionConfig::default(),
+        tweak,
+    )
+    .await
+}
+
+/// A local-mode gateway on `store` whose runtime admits executions by `admission`.
+pub async fn serve_admitting(
+    store: Arc<dyn Store>,
+    dir: tempfile::TempDir,
+    admission: AdmissionConfig,
+    tweak: impl FnOnce(&mut AppState),
+) -> TestApp {
+    let heartbeat = Duration::from_secs(15);
+    serve_configured(store, dir, AuthMode::Local, 0, heartbeat, admission, tweak).await
+}
+
+async fn serve_configured(
+    store: Arc<dyn Store>,
+    dir: tempfile::TempDir,
+    auth: AuthMode,
+    delay_ms: u64,
+    heartbeat: Duration,
+    admission: AdmissionConfig,
+    tweak: impl FnOnce(&mut AppState),
+) -> TestApp {
     let model: Arc<dyn ChatModel> = Arc::new(
         ScriptedModel::new(ScriptedConfig {
             demo_delay_ms: delay_ms,
@@ -103,7 +138,7 @@ pub async fn serve_on(
         RuntimeConfig::with_defaults(dir.path().join("workspaces")),
         store.clone(),
         Models::new(vec![model]),
-        Admission::new(AdmissionConfig::default()),
+        Admission::new(admission),
         retry,
         counters,
     );
@@ -134,6 +169,7 @@ pub async fn serve_on(
     };
     tweak(&mut state);
     let metrics = state.metrics.clone();
+    let admission = state.runtime.admission().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(subflow_gateway::serve(
@@ -146,6 +182,7 @@ pub async fn serve_on(
         client: reqwest::Client::builder().no_proxy().build().unwrap(),
         store,
         metrics,
+        admission,
         _dir: dir,
     }
 }
