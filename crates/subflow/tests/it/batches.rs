@@ -277,13 +277,11 @@ fn audit_item(changes: &[&ItemChange]) -> Vec<String> {
                 }
                 holder = change.owner_after.as_deref();
             }
-            "running" | "succeeded" => {
-                if change.owner_before.as_deref() != holder {
-                    problems.push(format!(
-                        "{key}: {} by {:?} while {holder:?} held it",
-                        change.to_status, change.owner_before
-                    ));
-                }
+            "running" | "succeeded" if change.owner_before.as_deref() != holder => {
+                problems.push(format!(
+                    "{key}: {} by {:?} while {holder:?} held it",
+                    change.to_status, change.owner_before
+                ));
             }
             "queued" if change.from_status == "leased" || change.from_status == "running" => {
                 // A recovery: only once the lease had expired by the database clock.
@@ -385,7 +383,7 @@ async fn on_postgres_a_batch_survives_kill_9_of_one_of_two_workers() {
             recovery.item_key
         );
         assert!(
-            late_ms >= 0 && late_ms <= 5_000,
+            (0..=5_000).contains(&late_ms),
             "{}: recovered {late_ms} ms after expiry",
             recovery.item_key
         );
