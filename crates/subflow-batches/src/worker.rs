@@ -1,6 +1,7 @@
 //! The batch worker (SPEC §12.6, §12.7): it claims items every `poll_interval_seconds`
-//! while it has free slots, runs each claimed attempt as a local execution that renews
-//! its lease, heartbeats into the workers table, and stops within 5 s.
+//! while it has free slots, and as soon as half its slots are free; it runs each claimed
+//! attempt as a local execution that renews its lease, heartbeats into the workers
+//! table, and stops within 5 s.
 //!
 //! Shape: [`Options`] → [`Options::build`] → [`Worker::run`] with a shutdown future,
 //! and a cheap [`Handle`] for whoever reports on it. [`Worker::claim_and_run_once`] is
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 use subflow_runtime::runtime::Runtime;
 use subflow_store::{BatchStore, ClaimRequest, ClaimedItem, ReleaseReason, WorkerHeartbeat};
+use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use uuid::Uuid;
@@ -124,6 +126,7 @@ impl Options {
             stopping: Arc::new(AtomicBool::new(false)),
             local: HashMap::new(),
             handle,
+            freed: Arc::new(Notify::new()),
         })
     }
 }
@@ -212,6 +215,9 @@ pub struct Worker {
     /// Local executions by item id.
     local: HashMap<String, Local>,
     handle: Handle,
+    /// Told whenever a local execution ends, so a freed slot is refilled at once
+    /// instead of at the next poll.
+    freed: Arc<Notify>,
 }
 
 impl Worker {
@@ -223,7 +229,16 @@ impl Worker {
     /// Free slots: `subagent_runtime.max_running` minus the local executions.
     fn free_slots(&mut self) -> usize {
         self.local.retain(|_, local| !local.task.is_finished());
-        self.handle.max_running().saturating_sub(self.local.len())
+        // The count drops when an attempt's work is done, a moment before its task is.
+        self.handle
+            .max_running()
+            .saturating_sub(self.handle.executions())
+    }
+
+    /// Whether at least half the slots (at least one) hold no execution.
+    fn half_free(&self) -> bool {
+        let max = self.handle.max_running();
+        max.saturating_sub(self.handle.executions()) >= max.div_ceil(2)
     }
 
     /// One step of the loop: a claim pass if a slot is free, then every claimed item
@@ -283,8 +298,9 @@ impl Worker {
         let item_id = attempt.claimed.item.id.clone();
         let executions = self.handle.0.executions.clone();
         executions.fetch_add(1, Ordering::SeqCst);
+        let freed = self.freed.clone();
         let task = tokio::spawn(async move {
-            let _counted = Counted(executions);
+            let _counted = Counted(executions, freed);
             attempt.run().await;
         });
         self.local.insert(item_id, Local { stopper, task });
@@ -345,12 +361,24 @@ impl Worker {
         let every = self.shared.renew_every;
         let mut beats = tokio::time::interval_at(Instant::now() + every, every);
         beats.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let freed = self.freed.clone();
         loop {
             tokio::select! {
                 biased;
                 () = &mut shutdown => break,
                 _ = beats.tick() => self.heartbeat().await,
-                _ = polls.tick() => {
+                // A claim pass every poll interval, and as soon as executions ending have
+                // freed half the slots, so a busy worker neither idles slots until the
+                // next poll nor runs a pass for every single item.
+                by_poll = async {
+                    tokio::select! {
+                        _ = polls.tick() => true,
+                        () = freed.notified() => false,
+                    }
+                } => {
+                    if !by_poll && !self.half_free() {
+                        continue;
+                    }
                     let stopping = self.stopping.clone();
                     let stopped = {
                         let step = self.claim_and_run_once();
@@ -410,11 +438,13 @@ async fn drain(mut task: JoinHandle<()>, limit: Duration) {
     }
 }
 
-/// Decrements the execution count when an attempt's task ends, however it ends.
-struct Counted(Arc<AtomicUsize>);
+/// Decrements the execution count when an attempt's task ends, however it ends, and
+/// tells the loop a slot is free.
+struct Counted(Arc<AtomicUsize>, Arc<Notify>);
 
 impl Drop for Counted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+        self.1.notify_one();
     }
 }

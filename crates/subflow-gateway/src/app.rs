@@ -9,7 +9,7 @@ use subflow_runtime::runtime::RuntimeOptions;
 use subflow_telemetry::Metrics;
 
 use crate::stream::{StreamConfig, Streams};
-use crate::{ActiveRuns, AppState, AuthMode, ModelListing, usage};
+use crate::{ActiveRuns, AppState, AuthMode, BatchFeatures, ModelListing, usage};
 
 /// What a gateway is built from, by name; [`AppOptions::new`] has the defaults of SPEC §1.2.
 #[derive(Debug)]
@@ -39,6 +39,10 @@ pub struct AppOptions {
     pub web_enabled: bool,
     /// `streams.retention_seconds` and `runs.lease_seconds`.
     pub streams: StreamConfig,
+    /// `subagent_batches.enabled` and `lease_seconds`; enabled, 120 s and no worker in
+    /// this process by default (set `AppState::batches.worker` once one is built on the
+    /// state's runtime).
+    pub batches: BatchFeatures,
 }
 
 impl AppOptions {
@@ -57,6 +61,7 @@ impl AppOptions {
             metrics_public: false,
             web_enabled: true,
             streams: StreamConfig::default(),
+            batches: BatchFeatures::default(),
         }
     }
 
@@ -85,6 +90,7 @@ impl AppOptions {
             metrics_public: self.metrics_public,
             web_enabled: self.web_enabled,
             streams: Streams::new(self.streams),
+            batches: self.batches,
         }
     }
 }

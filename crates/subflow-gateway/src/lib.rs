@@ -1,5 +1,6 @@
 //! The HTTP gateway: the LangGraph-compatible runs API with SSE framing (SPEC §2), the
-//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), `/health`, `/metrics`
+//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), the durable-batch routes and
+//! `/api/features` (SPEC §12.2, §12.11), `/health`, `/metrics`
 //! (SPEC §15.1), and one `X-Trace-Id` on every response (SPEC §8.1). Every `/api` route has a caller, a
 //! permission and, for thread routes, an ownership check (`auth`, SPEC §13).
 //!
@@ -36,6 +37,7 @@ use subflow_telemetry::Metrics;
 pub use app::AppOptions;
 pub use auth::{AuthMode, Caller};
 pub use error::ApiError;
+pub use routes::batches::BatchFeatures;
 
 /// A model as `/api/models` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -101,6 +103,8 @@ pub struct AppState {
     pub web_enabled: bool,
     /// Run streams: hubs, the durable log, leases (`streams.*`, `runs.lease_seconds`).
     pub streams: stream::Streams,
+    /// Durable batches: configured or not, and whether a worker runs (SPEC §12.11).
+    pub batches: BatchFeatures,
 }
 
 /// The runs executing in this process: their cancel tokens and a signal when they end.
@@ -154,7 +158,7 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(routes::health))
         .route("/metrics", get(metrics::get))
         .route("/api/models", get(routes::models))
-        .route("/api/features", get(routes::features))
+        .route("/api/features", get(routes::batches::features))
         .route("/api/openapi.json", get(openapi::get))
         .route("/api/info", get(routes::info))
         .route("/api/assistants/lead_agent", get(routes::assistants::get))
@@ -216,6 +220,38 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/threads/{thread_id}/runs/{run_id}/stream",
             get(routes::runs::rejoin),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches",
+            get(routes::batches::list),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}",
+            get(routes::batches::get),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/items",
+            get(routes::batches::items),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/pause",
+            post(routes::batches::pause),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/resume",
+            post(routes::batches::resume),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/cancel",
+            post(routes::batches::cancel),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/items/{item_id}/retry",
+            post(routes::batches::retry),
+        )
+        .route(
+            "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl",
+            get(routes::batches::results),
         )
         .fallback(web::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))

@@ -27,12 +27,31 @@ pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<Re
             .await?
             .require(Permission::Admin)?;
     }
+    refresh_batch_gauges(&state).await;
     let mut response = state.metrics.encode().into_response();
     response.headers_mut().insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static(subflow_telemetry::metrics::CONTENT_TYPE),
     );
     Ok(response)
+}
+
+/// Reads the global batch gauges from the database when the last read is older than
+/// 5 s (SPEC §15.1). A failed read keeps the previous values and is logged.
+async fn refresh_batch_gauges(state: &AppState) {
+    use subflow_telemetry::metrics::BATCH_GAUGE_MAX_AGE;
+    if state.metrics.batch_gauges_fresh(BATCH_GAUGE_MAX_AGE) {
+        return;
+    }
+    let read = async {
+        let totals = state.store.batch_totals().await?;
+        let workers = state.store.live_workers(state.batches.lease).await?;
+        Ok::<_, subflow_store::Error>((totals, workers))
+    };
+    match read.await {
+        Ok((totals, workers)) => state.metrics.set_batch_gauges(totals, workers),
+        Err(error) => tracing::warn!(%error, "reading the batch gauges failed"),
+    }
 }
 
 /// Counts every answered request by its route template (never the raw path, so ids do

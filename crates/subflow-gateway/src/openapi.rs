@@ -308,6 +308,86 @@ const OPERATIONS: &[Operation] = &[
         body: None,
         success: (200, "RunEventList"),
     },
+    Operation {
+        method: "get",
+        path: "/api/threads/{thread_id}/subagent-batches",
+        summary: "The caller's batches in the thread, newest first (created_at, id descending)",
+        permission: Some("threads:read"),
+        query: &[("limit", "integer", "1-100, default 20")],
+        body: None,
+        success: (200, "BatchList"),
+    },
+    Operation {
+        method: "get",
+        path: "/api/threads/{thread_id}/subagent-batches/{batch_id}",
+        summary: "A batch with its counts by item status",
+        permission: Some("threads:read"),
+        query: &[],
+        body: None,
+        success: (200, "Batch"),
+    },
+    Operation {
+        method: "get",
+        path: "/api/threads/{thread_id}/subagent-batches/{batch_id}/items",
+        summary: "A page of the batch's items in position order (no results)",
+        permission: Some("threads:read"),
+        query: &[
+            ("offset", "integer", ">= 0, default 0"),
+            ("limit", "integer", "1-500, default 100"),
+            (
+                "status",
+                "string",
+                "Only items in this status; an unknown one is 422 Unknown batch item status",
+            ),
+        ],
+        body: None,
+        success: (200, "BatchItemList"),
+    },
+    Operation {
+        method: "post",
+        path: "/api/threads/{thread_id}/subagent-batches/{batch_id}/pause",
+        summary: "Pauses a queued or running batch; a 200 no-op otherwise",
+        permission: Some("threads:write"),
+        query: &[],
+        body: None,
+        success: (200, "Batch"),
+    },
+    Operation {
+        method: "post",
+        path: "/api/threads/{thread_id}/subagent-batches/{batch_id}/resume",
+        summary: "Resumes a paused batch to queued; a 200 no-op otherwise",
+        permission: Some("threads:write"),
+        query: &[],
+        body: None,
+        success: (200, "Batch"),
+    },
+    Operation {
+        method: "post",
+        path: "/api/threads/{thread_id}/subagent-batches/{batch_id}/cancel",
+        summary: "Cancels an active batch and every unfinished item at once (503 when subagent_batches.enabled is false)",
+        permission: Some("threads:write"),
+        query: &[],
+        body: None,
+        success: (200, "Batch"),
+    },
+    Operation {
+        method: "post",
+        path: "/api/threads/{thread_id}/subagent-batches/{batch_id}/items/{item_id}/retry",
+        summary: "Retries a failed item (pending again); a finished batch is queued again",
+        permission: Some("threads:write"),
+        query: &[],
+        body: None,
+        success: (200, "BatchItem"),
+    },
+    Operation {
+        method: "get",
+        path: "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl",
+        summary: "Every item with its result, one JSON line each in position order",
+        permission: Some("threads:read"),
+        query: &[],
+        body: None,
+        success: (200, "ndjson"),
+    },
 ];
 
 fn schema_ref(name: &str) -> Value {
@@ -324,7 +404,7 @@ fn error_response(description: &str) -> Value {
 
 fn operation(op: &Operation) -> Value {
     let mut parameters = Vec::new();
-    for segment in ["thread_id", RUN_ID] {
+    for segment in ["thread_id", RUN_ID, "batch_id", "item_id"] {
         if op.path.contains(&format!("{{{segment}}}")) {
             parameters.push(json!({"name": segment, "in": "path", "required": true, "schema": {"type": "string"}}));
         }
@@ -344,6 +424,9 @@ fn operation(op: &Operation) -> Value {
         "sse" => {
             json!({"description": "Server-sent events: metadata first, end last", "content": {"text/event-stream": {"schema": {"type": "string"}}}})
         }
+        "ndjson" => {
+            json!({"description": "One BatchExportLine per line, as an attachment named {batch_id}-results.jsonl", "content": {"application/x-ndjson": {"schema": {"type": "string"}}}})
+        }
         name => {
             json!({"description": "OK", "content": {"application/json": {"schema": schema_ref(name)}}})
         }
@@ -362,10 +445,29 @@ fn operation(op: &Operation) -> Value {
             );
         }
     }
-    if op.path.contains("{thread_id}") {
+    if op.path.contains("{batch_id}") {
+        responses.insert(
+            "404".into(),
+            error_response("Thread {thread_id} not found, or Subagent batch not found (also another user's, or another thread's, batch)"),
+        );
+    } else if op.path.contains("{thread_id}") {
         responses.insert(
             "404".into(),
             error_response("Thread {thread_id} not found (also another user's thread)"),
+        );
+    }
+    if op.path.ends_with("/retry") {
+        responses.insert(
+            "409".into(),
+            error_response(
+                "Only failed items can be retried, or Items of a cancelled batch cannot be retried",
+            ),
+        );
+    }
+    if op.path.ends_with("/subagent-batches/{batch_id}/cancel") {
+        responses.insert(
+            "503".into(),
+            error_response("Subagent batch worker is not running"),
         );
     }
     if op.body.is_some() || op.path.contains('{') || !op.query.is_empty() {
@@ -418,8 +520,39 @@ fn schemas() -> Value {
                 "supports_reasoning_effort": {"type": "boolean"}}), &["name", "model"])},
             "token_usage": object(json!({"enabled": {"type": "boolean"}}), &["enabled"])}), &["models", "token_usage"]),
         "Features": object(json!({"subagent_batches": object(json!({
-            "enabled": {"type": "boolean"}, "repository_available": {"type": "boolean"},
-            "worker_running": {"type": "boolean"}, "max_running": integer}), &[])}), &["subagent_batches"]),
+            "enabled": {"type": "boolean", "description": "An alias of worker_running"},
+            "repository_available": {"const": true},
+            "worker_running": {"type": "boolean", "description": "This process runs a worker, or (PostgreSQL) a worker heartbeat is younger than lease_seconds"},
+            "max_running": {"type": "integer", "minimum": 0, "description": "subagent_runtime.max_running while a worker runs, else 0"}}),
+            &["enabled", "repository_available", "worker_running", "max_running"])}), &["subagent_batches"]),
+        "BatchCounts": object(json!({"pending": tokens, "queued": tokens, "leased": tokens, "running": tokens,
+            "succeeded": tokens, "failed": tokens, "cancelled": tokens}),
+            &["pending", "queued", "leased", "running", "succeeded", "failed", "cancelled"]),
+        "Batch": object(json!({"id": {"type": "string", "pattern": "^subagent-batch-[0-9a-f]{32}$"},
+            "thread_id": string, "title": {"type": "string", "maxLength": 256}, "subagent_type": string,
+            "status": {"enum": ["queued", "running", "paused", "completed", "failed", "cancelled"]},
+            "total_items": tokens, "max_live_items": tokens, "max_running_items": tokens, "max_attempts": tokens,
+            "created_at": string, "updated_at": string, "completed_at": nullable_string,
+            "counts": schema_ref("BatchCounts")}),
+            &["id", "thread_id", "title", "subagent_type", "status", "total_items", "max_live_items",
+              "max_running_items", "max_attempts", "created_at", "updated_at", "completed_at", "counts"]),
+        "BatchList": array_of("Batch"),
+        "BatchItem": object(json!({"id": {"type": "string", "pattern": "^batch-item-[0-9a-f]{32}$"},
+            "batch_id": string, "item_key": {"type": "string", "minLength": 1, "maxLength": 128},
+            "position": tokens,
+            "status": {"enum": ["pending", "queued", "leased", "running", "succeeded", "failed", "cancelled"]},
+            "attempt": tokens, "model_name": nullable_string, "result_preview": nullable_string,
+            "result_truncated": {"type": "boolean"}, "error": nullable_string, "stop_reason": nullable_string,
+            "token_usage": {"type": ["object", "null"], "properties": {"input_tokens": tokens,
+                "output_tokens": tokens, "total_tokens": tokens}},
+            "acceptance_criteria": {"type": "array", "items": string}, "acceptance_verdict": nullable_string,
+            "started_at": nullable_string, "completed_at": nullable_string,
+            "created_at": string, "updated_at": string}),
+            &["id", "batch_id", "item_key", "position", "status", "attempt", "result_truncated",
+              "acceptance_criteria", "created_at", "updated_at"]),
+        "BatchItemList": array_of("BatchItem"),
+        "BatchExportLine": {"allOf": [schema_ref("BatchItem"),
+            object(json!({"result": nullable_string}), &["result"])]},
         "Assistant": object(json!({"assistant_id": {"const": "lead_agent"}, "graph_id": {"const": "lead_agent"},
             "name": string, "config": free, "metadata": free}), &["assistant_id", "graph_id"]),
         "AssistantList": array_of("Assistant"),

@@ -13,6 +13,7 @@ use subflow_models::{ChatRequest, assemble};
 use subflow_store::NewCheckpoint;
 use uuid::Uuid;
 
+use crate::batch::{BatchTool, run_batch_tool};
 use crate::guarded::{GuardStop, Guards};
 use crate::output::RunOutput;
 use crate::runtime::{RunContext, Runtime};
@@ -233,6 +234,14 @@ impl Lead<'_> {
                 Some(ToolKind::Task) => {
                     let link = run.trace.as_ref().map(|t| t.link_to(span_id));
                     run_task(runtime, run, call, link).await
+                }
+                Some(ToolKind::Batch(tool)) => {
+                    Some(run_batch_tool(runtime, run, tool, call, true).await)
+                }
+                // A batch tool the lead was not offered says why it is missing.
+                None if BatchTool::named(&call.name).is_some() => {
+                    let tool = BatchTool::named(&call.name).unwrap_or(BatchTool::Submit);
+                    Some(run_batch_tool(runtime, run, tool, call, false).await)
                 }
                 kind => {
                     let outcome = match kind {

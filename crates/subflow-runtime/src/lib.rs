@@ -6,6 +6,7 @@
 //! through the [`spans::SpanSink`] and [`metrics::RuntimeMetrics`] traits.
 
 pub mod admission;
+pub mod batch;
 mod guarded;
 pub mod guards;
 pub mod journal;

@@ -14,6 +14,7 @@ use subflow_store::spill::SpillFile;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{Admission, AdmissionConfig};
+use crate::batch::BatchToolConfig;
 use crate::guards::{LoopDetectionConfig, LoopDetector, TokenBudgetConfig};
 use crate::journal::Journal;
 use crate::metrics::{NoMetrics, RuntimeMetrics};
@@ -57,6 +58,8 @@ pub struct RuntimeConfig {
     pub loop_detection: LoopDetectionConfig,
     /// `token_budget.*`.
     pub token_budget: TokenBudgetConfig,
+    /// `subagent_batches.*` as the lead's batch tools apply them.
+    pub batches: BatchToolConfig,
 }
 
 impl RuntimeConfig {
@@ -78,6 +81,7 @@ impl RuntimeConfig {
             usage_snapshot_interval: Duration::from_secs(5),
             loop_detection: LoopDetectionConfig::default(),
             token_budget: TokenBudgetConfig::default(),
+            batches: BatchToolConfig::default(),
         }
     }
 }

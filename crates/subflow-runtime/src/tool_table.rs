@@ -11,6 +11,7 @@ use serde_json::json;
 use subflow_contracts::task_result::TASK_TOOL_NAME;
 use subflow_models::ToolSpec;
 
+use crate::batch::BatchTool;
 use crate::runtime::RuntimeConfig;
 use crate::subagent::SubagentDefinition;
 use crate::tools::{BUILTIN_TOOLS, builtin_specs};
@@ -22,6 +23,8 @@ pub(crate) enum ToolKind {
     Workspace,
     /// The `task` tool: a subagent execution; its calls are delegations (SPEC §3.1).
     Task,
+    /// A durable-batch tool (SPEC §12.8); never a delegation.
+    Batch(BatchTool),
 }
 
 /// The tools of one agent, in the order they are offered.
@@ -39,6 +42,13 @@ impl ToolTable {
             .collect();
         if config.subagents_enabled {
             entries.push((task_spec(), ToolKind::Task));
+            if config.batches.enabled {
+                entries.extend(
+                    BatchTool::ALL
+                        .into_iter()
+                        .map(|tool| (tool.spec(), ToolKind::Batch(tool))),
+                );
+            }
         }
         ToolTable { entries }
     }
@@ -100,33 +110,53 @@ mod tests {
     }
 
     #[test]
-    fn the_lead_gets_the_workspace_tools_and_task_only_with_subagents_enabled() {
+    fn the_lead_gets_task_with_subagents_and_the_batch_tools_only_with_batches_too() {
         let mut config = RuntimeConfig::with_defaults("/tmp/unused".into());
         let lead = ToolTable::for_lead(&config);
         assert_eq!(
             names(&lead),
-            ["ls", "read_file", "write_file", "str_replace", "task"]
+            [
+                "ls",
+                "read_file",
+                "write_file",
+                "str_replace",
+                "task",
+                "batch_task",
+                "batch_status",
+                "cancel_batch"
+            ]
+        );
+        assert_eq!(
+            lead.kind("batch_task"),
+            Some(ToolKind::Batch(BatchTool::Submit))
         );
         assert_eq!(lead.kind("task"), Some(ToolKind::Task));
         assert_eq!(lead.kind("read_file"), Some(ToolKind::Workspace));
         assert_eq!(lead.kind("rm"), None);
+        config.batches.enabled = false;
+        let no_batches = ToolTable::for_lead(&config);
+        assert_eq!(no_batches.kind("task"), Some(ToolKind::Task));
+        assert_eq!(no_batches.kind("batch_task"), None);
+        config.batches.enabled = true;
         config.subagents_enabled = false;
         let alone = ToolTable::for_lead(&config);
         assert_eq!(alone.kind("task"), None);
+        assert_eq!(alone.kind("cancel_batch"), None);
         assert!(!names(&alone).contains(&"task".to_owned()));
     }
 
     #[test]
-    fn a_subagent_gets_its_allowed_workspace_tools_and_never_task() {
+    fn a_subagent_gets_its_allowed_workspace_tools_and_never_task_or_a_batch_tool() {
         let mut definition = SubagentDefinition::general_purpose(60);
         assert_eq!(
             names(&ToolTable::for_subagent(&definition)),
             ["ls", "read_file", "write_file", "str_replace"]
         );
-        definition.tools = Some(vec!["read_file".into(), "task".into()]);
+        definition.tools = Some(vec!["read_file".into(), "task".into(), "batch_task".into()]);
         let narrow = ToolTable::for_subagent(&definition);
         assert_eq!(names(&narrow), ["read_file"]);
         assert_eq!(narrow.kind("task"), None);
+        assert_eq!(narrow.kind("batch_task"), None);
         assert_eq!(narrow.kind("write_file"), None);
     }
 }

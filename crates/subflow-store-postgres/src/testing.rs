@@ -113,6 +113,112 @@ pub fn with_database(url: &str, database: &str) -> String {
     result
 }
 
+/// One change of a batch item's status or lease, as [`ItemHistory`] recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ItemChange {
+    /// Order of the change over the whole database.
+    pub seq: i64,
+    /// The item.
+    pub item_id: String,
+    /// Its key.
+    pub item_key: String,
+    /// Status before.
+    pub from_status: String,
+    /// Status after.
+    pub to_status: String,
+    /// `attempt` after.
+    pub attempt: i64,
+    /// `lease_owner` before.
+    pub owner_before: Option<String>,
+    /// `lease_owner` after.
+    pub owner_after: Option<String>,
+    /// `lease_expires_at` before (epoch ms, database clock).
+    pub expires_before: Option<i64>,
+    /// `error` after.
+    pub error: Option<String>,
+    /// When the change committed's statement ran: epoch ms of the database clock.
+    pub at_ms: i64,
+}
+
+/// A test-only audit of a database's batch items: a trigger records every change of an
+/// item's status or lease owner, whichever process makes it, so a test can check the
+/// attempt history of items run by several worker processes.
+#[derive(Debug)]
+pub struct ItemHistory;
+
+impl ItemHistory {
+    /// Installs the audit table and trigger on `store`'s database.
+    pub async fn install(store: &PostgresStore) {
+        let statements = [
+            "CREATE TABLE subflow_test_item_history (
+                seq BIGSERIAL PRIMARY KEY, item_id TEXT NOT NULL, item_key TEXT NOT NULL,
+                from_status TEXT NOT NULL, to_status TEXT NOT NULL, attempt BIGINT NOT NULL,
+                owner_before TEXT, owner_after TEXT, expires_before BIGINT, error TEXT,
+                at_ms BIGINT NOT NULL)",
+            "CREATE FUNCTION subflow_test_record_item() RETURNS trigger AS $$
+             BEGIN
+                 INSERT INTO subflow_test_item_history (item_id, item_key, from_status,
+                     to_status, attempt, owner_before, owner_after, expires_before, error, at_ms)
+                 VALUES (NEW.id, NEW.item_key, OLD.status, NEW.status, NEW.attempt,
+                     OLD.lease_owner, NEW.lease_owner, OLD.lease_expires_at, NEW.error,
+                     (EXTRACT(EPOCH FROM clock_timestamp()) * 1000)::BIGINT);
+                 RETURN NEW;
+             END $$ LANGUAGE plpgsql",
+            "CREATE TRIGGER subflow_test_item_history AFTER UPDATE ON subagent_batch_items
+             FOR EACH ROW WHEN (OLD.status IS DISTINCT FROM NEW.status
+                 OR OLD.lease_owner IS DISTINCT FROM NEW.lease_owner)
+             EXECUTE FUNCTION subflow_test_record_item()",
+        ];
+        for statement in statements {
+            sqlx::query(statement)
+                .execute(store.pool())
+                .await
+                .unwrap_or_else(|e| panic!("installing the item audit: {e}"));
+        }
+    }
+
+    /// Every recorded change in the order they were made; an item's changes are
+    /// serialised by its row lock, so they read in the order they committed.
+    pub async fn read(store: &PostgresStore) -> Vec<ItemChange> {
+        type Row = (
+            i64,
+            String,
+            String,
+            String,
+            String,
+            i64,
+            Option<String>,
+            Option<String>,
+            Option<i64>,
+            Option<String>,
+            i64,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT seq, item_id, item_key, from_status, to_status, attempt, owner_before,
+                    owner_after, expires_before, error, at_ms
+             FROM subflow_test_item_history ORDER BY seq",
+        )
+        .fetch_all(store.pool())
+        .await
+        .unwrap_or_else(|e| panic!("reading the item audit: {e}"));
+        rows.into_iter()
+            .map(|row| ItemChange {
+                seq: row.0,
+                item_id: row.1,
+                item_key: row.2,
+                from_status: row.3,
+                to_status: row.4,
+                attempt: row.5,
+                owner_before: row.6,
+                owner_after: row.7,
+                expires_before: row.8,
+                error: row.9,
+                at_ms: row.10,
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,15 +3,17 @@
 //!
 //! Counters and histograms that something increments live in the registry; the event
 //! store and observer counts already kept elsewhere ([`StoreCounters`],
-//! [`ObserverCounters`]) are read at scrape time by collectors, as are the batch gauges,
-//! which stay at 0 until durable batches exist. Every family is registered from the first
+//! [`ObserverCounters`]) are read at scrape time by collectors. The batch gauges are
+//! global, read from the database by whoever serves `/metrics` into a snapshot kept here
+//! ([`Metrics::set_batch_gauges`], refreshed when older than [`BATCH_GAUGE_MAX_AGE`]);
+//! the batch worker counts lease expirations through [`WorkerMetrics`]. Every family is registered from the first
 //! scrape; a family whose labels are only known once something is counted (tokens,
 //! cost, tasks, runs, HTTP requests) has no samples, and so no lines, until then.
 
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -20,10 +22,12 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use subflow_batches::WorkerMetrics;
 use subflow_contracts::{RunStatus, SubagentStatus};
 use subflow_runtime::guards::DetectionLayer;
 use subflow_runtime::metrics::{RuntimeMetrics, TokenCount};
 use subflow_runtime::observers::ObserverCounters;
+use subflow_store::BatchTotals;
 use subflow_store::buffer::{BufferKind, StoreCounters};
 
 /// The `Content-Type` of `GET /metrics`.
@@ -38,6 +42,9 @@ type HistogramFamily<const N: usize> = Family<Labels<N>, Histogram, fn() -> Hist
 const DURATION_BUCKETS: [f64; 12] = [
     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0,
 ];
+
+/// The batch gauges are read from the database at most this often (SPEC §15.1).
+pub const BATCH_GAUGE_MAX_AGE: Duration = Duration::from_secs(5);
 
 fn duration_histogram() -> Histogram {
     Histogram::new(DURATION_BUCKETS)
@@ -56,6 +63,17 @@ pub struct Metrics {
     otlp_dropped: Family<Labels<1>, Counter>,
     sse_streams: Gauge,
     http_requests: Family<Labels<3>, Counter>,
+    lease_expirations: Counter,
+    batch_gauges: Arc<Mutex<BatchGaugeSnapshot>>,
+}
+
+/// The last database read behind `subflow_batches`, `subflow_batch_items` and
+/// `subflow_batch_workers`.
+#[derive(Debug, Default)]
+struct BatchGaugeSnapshot {
+    read_at: Option<Instant>,
+    totals: BatchTotals,
+    workers: u64,
 }
 
 impl fmt::Debug for Metrics {
@@ -141,8 +159,15 @@ impl Metrics {
             "HTTP requests by route template, method and status code",
             http_requests.clone(),
         );
+        let lease_expirations = Counter::default();
+        registry.register(
+            "subflow_batch_lease_expirations",
+            "Batch item leases this process's worker found expired and recovered",
+            lease_expirations.clone(),
+        );
         registry.register_collector(Box::new(ScrapedCounts { store, observers }));
-        registry.register_collector(Box::new(BatchGauges));
+        let batch_gauges = Arc::new(Mutex::new(BatchGaugeSnapshot::default()));
+        registry.register_collector(Box::new(BatchGauges(batch_gauges.clone())));
         Metrics {
             registry,
             tokens,
@@ -155,7 +180,30 @@ impl Metrics {
             otlp_dropped,
             sse_streams,
             http_requests,
+            lease_expirations,
+            batch_gauges,
         }
+    }
+
+    fn gauges(&self) -> std::sync::MutexGuard<'_, BatchGaugeSnapshot> {
+        self.batch_gauges.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the batch gauges were read from the database within `max_age`.
+    pub fn batch_gauges_fresh(&self, max_age: Duration) -> bool {
+        self.gauges()
+            .read_at
+            .is_some_and(|at| at.elapsed() < max_age)
+    }
+
+    /// Sets the batch gauges to what the database holds now: batches and items by
+    /// status, and the workers whose heartbeat is live.
+    pub fn set_batch_gauges(&self, totals: BatchTotals, workers: u64) {
+        *self.gauges() = BatchGaugeSnapshot {
+            read_at: Some(Instant::now()),
+            totals,
+            workers,
+        };
     }
 
     /// A registry whose scraped counts are all zero (tests and tools).
@@ -331,65 +379,59 @@ impl Collector for ScrapedCounts {
     }
 }
 
-/// The durable-batch families (SPEC §15.1). Durable batches are not built yet, so
-/// every gauge reads 0; the families exist so dashboards and alerts can be set up.
-#[derive(Debug)]
-struct BatchGauges;
+impl WorkerMetrics for Metrics {
+    fn lease_expirations(&self, count: u64) {
+        self.lease_expirations.inc_by(count);
+    }
+}
 
-/// Item states (SPEC §12.5) and batch states (SPEC §12.4).
-const ITEM_STATES: [&str; 7] = [
-    "pending",
-    "queued",
-    "leased",
-    "running",
-    "succeeded",
-    "failed",
-    "cancelled",
-];
-const BATCH_STATES: [&str; 6] = [
-    "queued",
-    "running",
-    "paused",
-    "completed",
-    "failed",
-    "cancelled",
-];
+/// The durable-batch gauges (SPEC §15.1), encoded from the last database read; every
+/// status has a sample, 0 before the first read.
+#[derive(Debug)]
+struct BatchGauges(Arc<Mutex<BatchGaugeSnapshot>>);
 
 impl Collector for BatchGauges {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), fmt::Error> {
         use prometheus_client::metrics::MetricType;
-        for (name, help, states) in [
-            (
-                "subflow_batch_items",
-                "Batch items by state (0 until durable batches exist).",
-                &ITEM_STATES[..],
-            ),
-            (
-                "subflow_batches",
-                "Batches by state (0 until durable batches exist).",
-                &BATCH_STATES[..],
-            ),
-        ] {
-            let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
-            for state in states {
-                let labels = [("status", *state)];
-                ConstGauge::new(0i64).encode(family.encode_family(&labels)?)?;
-            }
-        }
-        ConstCounter::new(0u64).encode(encoder.encode_descriptor(
-            "subflow_batch_lease_expirations",
-            "Batch item leases that expired (0 until durable batches exist).",
+        let snapshot = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let totals = &snapshot.totals;
+        let mut items = encoder.encode_descriptor(
+            "subflow_batch_items",
+            "Batch items by status, over every batch in the database.",
             None,
-            MetricType::Counter,
-        )?)?;
-        ConstGauge::new(0i64).encode(encoder.encode_descriptor(
+            MetricType::Gauge,
+        )?;
+        for (status, count) in totals.items.iter() {
+            let labels = [("status", status.as_str())];
+            ConstGauge::new(gauge_value(count)).encode(items.encode_family(&labels)?)?;
+        }
+        let mut batches = encoder.encode_descriptor(
+            "subflow_batches",
+            "Batches by status, over every batch in the database.",
+            None,
+            MetricType::Gauge,
+        )?;
+        for status in subflow_contracts::BatchStatus::ALL {
+            let count = totals
+                .batches
+                .iter()
+                .find(|(s, _)| s == status)
+                .map_or(0, |(_, n)| *n);
+            let labels = [("status", status.as_str())];
+            ConstGauge::new(gauge_value(count)).encode(batches.encode_family(&labels)?)?;
+        }
+        ConstGauge::new(gauge_value(snapshot.workers)).encode(encoder.encode_descriptor(
             "subflow_batch_workers",
-            "Batch workers alive (0 until durable batches exist).",
+            "Batch workers whose heartbeat is younger than the lease.",
             None,
             MetricType::Gauge,
         )?)?;
         Ok(())
     }
+}
+
+fn gauge_value(count: u64) -> i64 {
+    i64::try_from(count).unwrap_or(i64::MAX)
 }
 
 #[cfg(test)]
@@ -422,6 +464,43 @@ mod tests {
             "label escaping: {text}"
         );
         assert!(text.contains("subflow_batch_workers 0\n"), "{text}");
+        assert!(
+            text.contains("subflow_batch_lease_expirations_total 0\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("subflow_batches{status=\"paused\"} 0\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn batch_gauges_show_the_last_database_read_and_lease_expirations_count_up() {
+        let metrics = Metrics::standalone();
+        assert!(!metrics.batch_gauges_fresh(BATCH_GAUGE_MAX_AGE));
+        let items = subflow_store::BatchCounts {
+            pending: 4,
+            running: 2,
+            succeeded: 7,
+            ..Default::default()
+        };
+        let totals = BatchTotals::new([(subflow_contracts::BatchStatus::Running, 2)], items);
+        metrics.set_batch_gauges(totals, 3);
+        assert!(metrics.batch_gauges_fresh(BATCH_GAUGE_MAX_AGE));
+        WorkerMetrics::lease_expirations(&metrics, 5);
+        let text = metrics.encode();
+        for line in [
+            "subflow_batch_items{status=\"pending\"} 4\n",
+            "subflow_batch_items{status=\"running\"} 2\n",
+            "subflow_batch_items{status=\"succeeded\"} 7\n",
+            "subflow_batch_items{status=\"cancelled\"} 0\n",
+            "subflow_batches{status=\"running\"} 2\n",
+            "subflow_batches{status=\"completed\"} 0\n",
+            "subflow_batch_workers 3\n",
+            "subflow_batch_lease_expirations_total 5\n",
+        ] {
+            assert!(text.contains(line), "{line}: {text}");
+        }
     }
 
     #[test]

@@ -23,6 +23,7 @@ macro_rules! outln {
 mod commands;
 mod config;
 mod logging;
+mod process;
 mod storage;
 
 use std::process::ExitCode;
@@ -49,6 +50,8 @@ struct Cli {
 enum Command {
     /// Migrate the database and start the gateway.
     Serve(commands::serve::Args),
+    /// Run a batch worker only (PostgreSQL only): lease and run durable batch items.
+    Worker(commands::worker::Args),
     /// Start a run through the gateway and print its answer (SUBFLOW_URL, SUBFLOW_TOKEN).
     Run(commands::run::Args),
     /// Follow a run's task cards live (SUBFLOW_URL, SUBFLOW_TOKEN).
@@ -85,7 +88,7 @@ fn main() -> ExitCode {
     // `serve` configures logging from its configuration file once it has read it.
     // Benchmarks log only warnings, so formatting log lines is not part of what they time.
     match cli.command {
-        Command::Serve(_) => {}
+        Command::Serve(_) | Command::Worker(_) => {}
         Command::Bench(_) => logging::init("warn", logging::LineFormat::Plain),
         _ => logging::init("info", logging::LineFormat::Plain),
     }
@@ -102,6 +105,7 @@ fn main() -> ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Serve(args) => commands::serve::run(args).await,
+            Command::Worker(args) => commands::worker::run(args).await,
             Command::Run(args) => commands::run::run(args).await,
             Command::Tail(args) => commands::tail::run(args).await,
             Command::Usage(args) => commands::usage::run(args).await,

@@ -43,6 +43,7 @@ on_every_backend!(
     a_reclaimed_item_whose_old_execution_still_runs_is_drained_first,
     a_failed_outcome_write_is_retried_once,
     a_running_worker_heartbeats_and_leaves_no_row_when_stopped,
+    a_freed_slot_is_refilled_at_once_not_at_the_next_poll,
 );
 
 fn slow() -> serde_json::Value {
@@ -398,4 +399,31 @@ async fn a_running_worker_heartbeats_and_leaves_no_row_when_stopped(backend: Bac
     task.await.unwrap().unwrap();
     assert!(!handle.is_running());
     assert_eq!(env.store.live_workers(lease).await.unwrap(), 0);
+}
+
+async fn a_freed_slot_is_refilled_at_once_not_at_the_next_poll(backend: Backend) {
+    let admission = AdmissionConfig {
+        max_running: 2,
+        ..AdmissionConfig::default()
+    };
+    let second = subagent_turns(json!([{"text": "ok", "delay_ms": 1000}]));
+    let env = env(backend, second, admission).await;
+    let batch = env.submit(&["A", "B", "C", "D", "E", "F"], 3, 2).await;
+    let ends = Arc::new(Ends::default());
+    let worker = env.worker(&ends, |options| {
+        options.poll_interval = Duration::from_secs(3600);
+    });
+    let stop = CancellationToken::new();
+    let began = Instant::now();
+    let task = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+    while env.batch(&batch.id).await.status != BatchStatus::Completed {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Three rounds of two one-second items, the first claimed by the first poll and
+    // each later one as soon as a slot freed, not an hour later at the next poll.
+    let took = began.elapsed();
+    assert!(took < Duration::from_secs(60), "{took:?}");
+    stop.cancel();
+    task.await.unwrap().unwrap();
+    assert_eq!(env.batch(&batch.id).await.counts.succeeded, 6);
 }

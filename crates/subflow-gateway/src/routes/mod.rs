@@ -1,6 +1,7 @@
 //! Route handlers, one module per resource.
 
 pub mod assistants;
+pub mod batches;
 pub mod events;
 pub mod runs;
 pub mod threads;
@@ -44,13 +45,6 @@ pub async fn info(State(state): State<AppState>) -> Json<Value> {
         "host": {"kind": "self-hosted", "project_id": null, "host_revision_id": null, "revision_id": null, "tenant_id": null},
         "metadata": {},
     }))
-}
-
-/// `GET /api/features` (SPEC §12.11); durable batches are not part of this build.
-pub async fn features() -> Json<Value> {
-    Json(
-        json!({"subagent_batches": {"enabled": false, "repository_available": true, "worker_running": false, "max_running": 0}}),
-    )
 }
 
 /// Unknown paths.

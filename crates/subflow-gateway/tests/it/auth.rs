@@ -24,7 +24,7 @@ async fn spawn_token_app() -> TestApp {
     .await
 }
 
-/// The permission of each route per SPEC §2.1, §6 and §7.3.
+/// The permission of each route per SPEC §2.1, §6, §7.3 and §12.2.
 const SPEC_PERMISSIONS: &[(&str, &str, &str)] = &[
     ("post", "/api/threads", "threads:write"),
     ("get", "/api/threads/{thread_id}", "threads:read"),
@@ -57,6 +57,47 @@ const SPEC_PERMISSIONS: &[(&str, &str, &str)] = &[
         "get",
         "/api/threads/{thread_id}/token-usage",
         "threads:read",
+    ),
+    // SPEC §12.2: GET needs threads:read, POST threads:write.
+    (
+        "get",
+        "/api/threads/{thread_id}/subagent-batches",
+        "threads:read",
+    ),
+    (
+        "get",
+        "/api/threads/{thread_id}/subagent-batches/{batch_id}",
+        "threads:read",
+    ),
+    (
+        "get",
+        "/api/threads/{thread_id}/subagent-batches/{batch_id}/items",
+        "threads:read",
+    ),
+    (
+        "get",
+        "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl",
+        "threads:read",
+    ),
+    (
+        "post",
+        "/api/threads/{thread_id}/subagent-batches/{batch_id}/pause",
+        "threads:write",
+    ),
+    (
+        "post",
+        "/api/threads/{thread_id}/subagent-batches/{batch_id}/resume",
+        "threads:write",
+    ),
+    (
+        "post",
+        "/api/threads/{thread_id}/subagent-batches/{batch_id}/cancel",
+        "threads:write",
+    ),
+    (
+        "post",
+        "/api/threads/{thread_id}/subagent-batches/{batch_id}/items/{item_id}/retry",
+        "threads:write",
     ),
 ];
 
@@ -203,10 +244,12 @@ impl Route {
         }
     }
 
-    fn concrete(&self, thread_id: &str, run_id: &str) -> String {
+    fn concrete(&self, thread_id: &str, fixture: &Fixture) -> String {
         self.path
             .replace("{thread_id}", thread_id)
-            .replace("{run_id}", run_id)
+            .replace("{run_id}", &fixture.run)
+            .replace("{batch_id}", &fixture.batch)
+            .replace("{item_id}", &fixture.item)
     }
 }
 
@@ -236,8 +279,36 @@ async fn documented_routes(app: &TestApp) -> Vec<Route> {
     routes
 }
 
+/// What a thread route's path ids point at: a finished run and a batch with a failed
+/// item, both of the thread's owner.
+#[derive(Debug, Clone)]
+struct Fixture {
+    run: String,
+    batch: String,
+    item: String,
+}
+
+impl Fixture {
+    /// Ids that exist nowhere.
+    fn none() -> Self {
+        Fixture {
+            run: "no-run".into(),
+            batch: "subagent-batch-none".into(),
+            item: "batch-item-none".into(),
+        }
+    }
+}
+
+/// A thread of `owner` with one `/echo` run (through `token`) and one batch whose only
+/// item has failed, so every batch route has something to act on.
+async fn thread_with_run(app: &TestApp, token: &str, owner: &User, thread_id: &str) -> Fixture {
+    let run = echo_run_on(app, token, thread_id).await;
+    let (batch, item) = app.failed_batch(thread_id, &owner.id).await;
+    Fixture { run, batch, item }
+}
+
 /// Runs one `/echo` run on `thread_id` with `token`; returns its run id.
-async fn thread_with_run(app: &TestApp, token: &str, thread_id: &str) -> String {
+async fn echo_run_on(app: &TestApp, token: &str, thread_id: &str) -> String {
     let path = format!("/api/threads/{thread_id}/runs/wait");
     let waited = call(app, "post", &path, Some(token), Some(echo_run())).await;
     assert_eq!(waited.status, 200, "{}", waited.text);
@@ -436,11 +507,11 @@ async fn every_route_needs_its_permission_and_admin_holds_them_all() {
             continue;
         }
         let fixture = |who: &str| format!("t-perm-{index}-{who}");
-        let (thread, run) = (fixture("none"), "no-run");
+        let (thread, run) = (fixture("none"), Fixture::none());
         let anonymous = call(
             &app,
             &route.method,
-            &route.concrete(&thread, run),
+            &route.concrete(&thread, &run),
             None,
             route.request_body(),
         )
@@ -463,7 +534,7 @@ async fn every_route_needs_its_permission_and_admin_holds_them_all() {
         );
         let lacking = issue_with(&app, &ana, all_but, None).await;
         let thread = fixture("lacking");
-        let run = thread_with_run(&app, &admin, &thread).await;
+        let run = thread_with_run(&app, &admin, &ana, &thread).await;
         let refused = call(
             &app,
             &route.method,
@@ -483,7 +554,7 @@ async fn every_route_needs_its_permission_and_admin_holds_them_all() {
         let only = issue(&app, &ana, needed.as_str()).await;
         for (who, token) in [("only", &only), ("admin", &admin)] {
             let thread = fixture(who);
-            let run = thread_with_run(&app, &admin, &thread).await;
+            let run = thread_with_run(&app, &admin, &ana, &thread).await;
             let answer = call(
                 &app,
                 &route.method,
@@ -525,8 +596,9 @@ async fn another_users_thread_is_404_on_every_route_and_nothing_of_it_leaks() {
     )
     .await;
     assert_eq!(created.status, 200, "{}", created.text);
-    let alice_run = thread_with_run(&app, &alice_token, "t-alice").await;
-    let bob_run = thread_with_run(&app, &bob_token, "t-bob").await;
+    let alice_fixture = thread_with_run(&app, &alice_token, &alice, "t-alice").await;
+    let alice_run = alice_fixture.run.clone();
+    let bob_run = thread_with_run(&app, &bob_token, &bob, "t-bob").await.run;
 
     // Every documented thread route: 404 with exactly the not-found body.
     let routes = documented_routes(&app).await;
@@ -543,7 +615,7 @@ async fn another_users_thread_is_404_on_every_route_and_nothing_of_it_leaks() {
         let answer = call(
             &app,
             &route.method,
-            &route.concrete("t-alice", &alice_run),
+            &route.concrete("t-alice", &alice_fixture),
             Some(&bob_token),
             route.request_body(),
         )
@@ -556,7 +628,23 @@ async fn another_users_thread_is_404_on_every_route_and_nothing_of_it_leaks() {
             route.name()
         );
         assert!(!answer.text.contains(&alice_run), "{}", route.name());
+        assert!(
+            !answer.text.contains(&alice_fixture.batch),
+            "{}",
+            route.name()
+        );
     }
+    // Nothing of alice's batch changed either.
+    let batch = app
+        .store
+        .get_batch(
+            &subflow_store::BatchScope::user(&alice.id),
+            &alice_fixture.batch,
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(batch.status, subflow_contracts::BatchStatus::Failed);
     // Nothing changed: alice still has her thread and exactly her one run.
     let runs = app.store.list_runs("t-alice", None, 100, 0).await.unwrap();
     assert_eq!(runs.len(), 1);

@@ -4,13 +4,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use subflow_gateway::{AppOptions, AuthMode, ModelListing};
+use subflow_gateway::{AppOptions, AppState, AuthMode, ModelListing};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
+use subflow_runtime::admission::Admission;
 use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::Store;
+use subflow_store::batches::{BatchScope, ClaimRequest, ItemFailure, ItemQuery, NewBatch, NewItem};
 
 mod api;
 mod auth;
+mod batch_worker;
+mod batches;
 mod export;
 mod langgraph;
 mod lifecycle;
@@ -25,6 +29,8 @@ pub struct TestApp {
     pub store: Arc<dyn Store>,
     /// The registry behind `/metrics`.
     pub metrics: Arc<subflow_telemetry::Metrics>,
+    /// The execution slots its runtime shares between tasks and batch items.
+    pub admission: Admission,
     _dir: tempfile::TempDir,
 }
 
@@ -51,6 +57,8 @@ pub struct Options {
     pub store: Option<Arc<dyn Store>>,
     /// Last changes to the app's options before it is built.
     pub configure: Box<dyn FnOnce(&mut AppOptions) + Send>,
+    /// Changes to the built state before it serves (e.g. a batch worker's handle).
+    pub state: Box<dyn FnOnce(&mut AppState) + Send>,
 }
 
 impl Default for Options {
@@ -61,6 +69,7 @@ impl Default for Options {
             auth: AuthMode::Local,
             store: None,
             configure: Box::new(|_| {}),
+            state: Box::new(|_| {}),
         }
     }
 }
@@ -68,6 +77,32 @@ impl Default for Options {
 /// A default gateway: `spawn_app_with(Options::default())`.
 pub async fn spawn_app() -> TestApp {
     spawn_app_with(Options::default()).await
+}
+
+/// A gateway built from `options` whose state holds the handle of a real batch worker
+/// on the gateway's store and runtime; the worker is returned, not yet running.
+pub async fn spawn_app_with_worker(options: Options) -> (TestApp, subflow_batches::Worker) {
+    let slot = Arc::new(std::sync::Mutex::new(None));
+    let then = options.state;
+    let filled = slot.clone();
+    let app = spawn_app_with(Options {
+        state: Box::new(move |state: &mut AppState| {
+            then(state);
+            let worker = subflow_batches::Options::new(
+                state.store.clone(),
+                state.runtime.clone(),
+                "test-host",
+            )
+            .build()
+            .unwrap();
+            state.batches.worker = Some(worker.handle());
+            *filled.lock().unwrap() = Some(worker);
+        }),
+        ..options
+    })
+    .await;
+    let worker = slot.lock().unwrap().take().unwrap();
+    (app, worker)
 }
 
 /// A gateway built from `options` on a free loopback port.
@@ -116,8 +151,10 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         )
     };
     (options.configure)(&mut app);
-    let state = app.build();
+    let mut state = app.build();
+    (options.state)(&mut state);
     let metrics = state.metrics.clone();
+    let admission = state.runtime.admission().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(subflow_gateway::serve(
@@ -130,6 +167,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         client: reqwest::Client::builder().no_proxy().build().unwrap(),
         store,
         metrics,
+        admission,
         _dir: dir,
     }
 }
@@ -146,6 +184,111 @@ pub struct Streamed {
 impl TestApp {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// Submits a batch of `items` for `user` in `thread` straight into the store, with
+    /// one attempt per item; returns its id and its items' ids in position order.
+    pub async fn submit_batch(
+        &self,
+        thread: &str,
+        user: &str,
+        items: usize,
+    ) -> (String, Vec<String>) {
+        let batch = self
+            .store
+            .submit_batch(NewBatch {
+                thread_id: thread.into(),
+                user_id: user.into(),
+                run_id: None,
+                tool_call_id: None,
+                submission_key: format!("{thread}:{}", uuid::Uuid::new_v4()),
+                title: "Fixture".into(),
+                subagent_type: "general-purpose".into(),
+                max_live_items: 100,
+                max_running_items: 50,
+                max_attempts: 1,
+                execution_spec: serde_json::json!({}),
+                items: (0..items)
+                    .map(|i| NewItem {
+                        item_key: format!("item-{}", i + 1),
+                        prompt: format!("prompt {}", i + 1),
+                        acceptance_criteria: vec![],
+                    })
+                    .collect(),
+            })
+            .await
+            .unwrap()
+            .batch;
+        let scope = BatchScope::thread(user, thread);
+        let mut ids = Vec::with_capacity(items);
+        while ids.len() < items {
+            let query = ItemQuery {
+                status: None,
+                offset: ids.len() as u32,
+                limit: 500,
+            };
+            let page = self
+                .store
+                .list_items(&scope, &batch.id, &query)
+                .await
+                .unwrap();
+            ids.extend(page.into_iter().map(|item| item.id));
+        }
+        (batch.id, ids)
+    }
+
+    /// A one-item batch of `user` in `thread` whose item has failed; returns the batch
+    /// and item ids.
+    pub async fn failed_batch(&self, thread: &str, user: &str) -> (String, String) {
+        self.batch_with_failure(thread, user, 1).await
+    }
+
+    /// A batch of `items` items of `user` in `thread` whose first item has failed
+    /// (claimed by a stand-in worker and finalised as a failure); the other items are
+    /// still unfinished. Other items the stand-in claims meanwhile are handed back
+    /// (queued, attempt restored). Returns the batch and the failed item's ids.
+    pub async fn batch_with_failure(
+        &self,
+        thread: &str,
+        user: &str,
+        items: usize,
+    ) -> (String, String) {
+        let (batch, items) = self.submit_batch(thread, user, items).await;
+        let claimed = self
+            .store
+            .claim_pass(&ClaimRequest {
+                hostname: "fixture".into(),
+                worker_id: "0".repeat(32),
+                free_slots: 64,
+                lease: Duration::from_secs(60),
+            })
+            .await
+            .unwrap()
+            .claimed;
+        for other in claimed.iter().filter(|c| c.item.id != items[0]) {
+            let reason = subflow_store::batches::ReleaseReason::ShutdownBeforeAdmission;
+            self.store
+                .release_claim(&other.lease(), &reason)
+                .await
+                .unwrap();
+        }
+        let mine = claimed
+            .iter()
+            .find(|c| c.item.id == items[0])
+            .expect("the new item is claimed");
+        let failure = ItemFailure {
+            error: "boom".into(),
+            model_name: None,
+            stop_reason: None,
+            token_usage: None,
+        };
+        let status = self
+            .store
+            .finish_failure(&mine.lease(), &failure)
+            .await
+            .unwrap();
+        assert_eq!(status, Some(subflow_contracts::BatchItemStatus::Failed));
+        (batch, items[0].clone())
     }
 
     /// Posts a run request to `…/runs/stream` and reads the whole event stream.

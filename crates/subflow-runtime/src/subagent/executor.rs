@@ -220,7 +220,7 @@ impl Execution {
     async fn call_tool(&self, table: &ToolTable, call: &ToolCall) -> ToolMessage {
         let outcome = match table.kind(&call.name) {
             Some(ToolKind::Workspace) => self.workspace.run(&call.name, &call.args).await,
-            Some(ToolKind::Task) | None => Err(ToolError(format!(
+            Some(ToolKind::Task | ToolKind::Batch(_)) | None => Err(ToolError(format!(
                 "Tool '{}' is not available to this subagent",
                 call.name
             ))),

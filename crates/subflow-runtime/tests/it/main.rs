@@ -1,6 +1,7 @@
 //! System tests of the runtime without HTTP: real stores, the scripted model, the
 //! live output stream and the persisted run events.
 
+mod batch_tools;
 mod demo;
 mod detached;
 mod harness;

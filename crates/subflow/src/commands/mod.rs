@@ -12,6 +12,7 @@ pub mod tokens;
 pub mod usage;
 pub mod users;
 pub mod version;
+pub mod worker;
 
 use clap::Args as ClapArgs;
 

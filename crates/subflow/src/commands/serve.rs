@@ -1,18 +1,18 @@
 //! `subflow serve`: loads and validates the configuration, migrates the database,
-//! re-applies spilled run events, then serves the gateway until interrupted.
+//! re-applies spilled run events, starts the batch worker unless `--no-worker` (or
+//! `subagent_batches.enabled = false`), then serves the gateway until interrupted; the
+//! worker stops within 5 s of the signal.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
 use subflow_gateway::stream::StreamConfig;
 use subflow_gateway::usage::{ModelFacts, Price};
-use subflow_gateway::{AppOptions, ModelListing};
-use subflow_runtime::runtime::RuntimeOptions;
-use subflow_telemetry::OtlpExporter;
+use subflow_gateway::{AppOptions, BatchFeatures, ModelListing};
 
 use super::DatabaseArgs;
 use crate::config::{AuthMode, Config};
+use crate::process::{self, shutdown_on_signal};
 use crate::storage::{data_dir, redact};
 
 /// Arguments of `subflow serve`.
@@ -65,25 +65,6 @@ fn facts(config: &Config) -> Vec<ModelFacts> {
     facts
 }
 
-/// Resolves on Ctrl-C or SIGTERM.
-async fn shutdown_signal() {
-    let interrupt = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut terminate =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(signal) => signal,
-                Err(_) => return interrupt.await.unwrap_or(()),
-            };
-        tokio::select! {
-            _ = interrupt => {}
-            _ = terminate.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    let _ = interrupt.await;
-}
-
 /// Runs `subflow serve`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
     let mut overrides = args.database.overrides();
@@ -99,12 +80,14 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let url = config.database.url.clone();
     let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
     let data_dir = data_dir(&url);
-    let runtime = RuntimeOptions {
-        config: config.runtime_config(&data_dir),
-        admission: config.subagent_runtime.clone(),
-        observers: built.observers,
-        ..RuntimeOptions::new(backend.store(), built.models, data_dir)
-    };
+    let store = backend.store();
+    let runtime = process::runtime_options(
+        &config,
+        store.clone(),
+        built.models,
+        built.observers,
+        &data_dir,
+    );
     let mut state = AppOptions {
         model_facts: facts(&config),
         token_usage_enabled: config.token_usage.enabled,
@@ -122,50 +105,51 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             retention: Duration::from_secs(config.streams.retention_seconds),
             lease: Duration::from_secs(config.runs.lease_seconds),
         },
+        batches: BatchFeatures {
+            enabled: config.subagent_batches.enabled,
+            lease: Duration::from_secs(config.subagent_batches.lease_seconds),
+            worker: None,
+        },
         ..AppOptions::new(runtime, listings(&config))
     }
     .build();
     // The exporters count their dropped spans into the registry the app was built with.
-    let mut exporters = Vec::new();
-    for exporter in built.exporters {
-        tracing::info!(exporter = %exporter.name, endpoint = %exporter.endpoint, "exporting spans");
-        let dropped = state.metrics.otlp_dropped(&exporter.name);
-        exporters.push(OtlpExporter::spawn(exporter, dropped).context("starting a span exporter")?);
-    }
-    if !exporters.is_empty() {
-        let sinks = exporters
-            .iter()
-            .map(|e| Arc::new(e.clone()) as Arc<dyn subflow_runtime::spans::SpanSink>)
-            .collect();
-        state.runtime = state.runtime.clone().with_spans(
-            Arc::new(subflow_runtime::spans::FanOut(sinks)),
-            config.tracing.environment.clone(),
-        );
-    }
-    let retry = state.runtime.retry_queue().clone();
+    let (runtime, exporters) =
+        process::with_exporters(&config, built.exporters, &state.metrics, state.runtime)?;
+    state.runtime = runtime;
+    let shutdown = shutdown_on_signal();
+    let worker_task = if args.no_worker {
+        tracing::info!("running without a batch worker (--no-worker)");
+        None
+    } else if !config.subagent_batches.enabled {
+        tracing::info!("running without a batch worker (subagent_batches.enabled = false)");
+        None
+    } else {
+        let worker =
+            process::batch_worker(&config, store, state.runtime.clone(), state.metrics.clone())?;
+        let (handle, task) = process::spawn_worker(worker, shutdown.clone());
+        state.batches.worker = Some(handle);
+        Some(task)
+    };
+    let runtime = state.runtime.clone();
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
     let address = listener
         .local_addr()
         .context("reading the listen address")?;
-    if args.no_worker {
-        tracing::info!("running without a batch worker");
-    }
     eprintln!(
         "subflow: listening on http://{address} (database {})",
         redact(&url)
     );
-    subflow_gateway::serve(listener, state, shutdown_signal())
-        .await
-        .context("serving HTTP")?;
-    // Records that could not be written yet are spilled, to be re-applied at the next start.
-    retry.shutdown().await;
-    // Spans still queued get one last export, bounded by the export timeout.
-    let deadline = Duration::from_secs(config.tracing.export_timeout_seconds + 1);
-    for exporter in &exporters {
-        let _ = tokio::time::timeout(deadline, exporter.flush()).await;
+    let served = subflow_gateway::serve(listener, state, shutdown.clone().cancelled_owned()).await;
+    // Serving may also end on an error: the worker stops with the process either way.
+    shutdown.cancel();
+    if let Some(task) = worker_task {
+        let _ = task.await;
     }
+    served.context("serving HTTP")?;
+    process::stop(&config, &runtime, &exporters).await;
     eprintln!("subflow: stopped");
     Ok(())
 }

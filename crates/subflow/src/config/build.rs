@@ -10,6 +10,7 @@ use subflow_models::{
     AnthropicConfig, AnthropicModel, ChatModel, OpenAiConfig, OpenAiModel, ScriptedConfig,
     ScriptedModel, Secret,
 };
+use subflow_runtime::batch::BatchToolConfig;
 use subflow_runtime::observers::{ObserverSet, WebhookConfig};
 use subflow_runtime::runtime::RuntimeConfig;
 use subflow_runtime::subagent::SubagentDefinition;
@@ -226,6 +227,18 @@ impl Config {
         runtime.flush_interval = Duration::from_millis(self.run_events.flush_interval_ms);
         runtime.loop_detection = self.loop_detection.clone();
         runtime.token_budget = self.token_budget.clone();
+        let batches = &self.subagent_batches;
+        // Validation keeps every value in range, far below u32::MAX.
+        let narrow = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
+        runtime.batches = BatchToolConfig {
+            enabled: batches.enabled,
+            max_attempts: batches.max_attempts,
+            max_items_per_batch: batches.max_items_per_batch,
+            default_max_live_items: narrow(batches.default_max_live_items),
+            max_live_items_per_batch: narrow(batches.max_live_items_per_batch),
+            default_max_running_items: narrow(batches.default_max_running_items),
+            max_running_items_per_batch: narrow(batches.max_running_items_per_batch),
+        };
         runtime
     }
 }

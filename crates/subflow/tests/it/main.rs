@@ -1,6 +1,7 @@
 //! System tests of the `subflow` binary and the repository rules.
 
 mod admin;
+mod batches;
 mod cli;
 mod client;
 mod config;

@@ -1,6 +1,7 @@
 //! `subflow bench`: speed measurements that print ratios against a baseline measured in
 //! the same run. Run them on a release build.
 
+mod batches;
 mod gateway;
 mod runtime;
 mod sse;
@@ -19,6 +20,9 @@ pub enum Bench {
     Runtime(runtime::RuntimeArgs),
     /// The gateway's read paths over HTTP against the store, and the idle memory of `serve`.
     Gateway(gateway::GatewayArgs),
+    /// Durable batches: the worker on SQLite against the executor alone, claim pass
+    /// times, and with --postgres-url the scaling from 1 to 3 worker processes.
+    Batches(batches::BatchesArgs),
 }
 
 /// Runs a benchmark.
@@ -27,6 +31,7 @@ pub async fn run(bench: Bench) -> anyhow::Result<()> {
         Bench::Store(args) => store::run(args).await,
         Bench::Runtime(args) => runtime::run(args).await,
         Bench::Gateway(args) => gateway::run(args).await,
+        Bench::Batches(args) => batches::run(args).await,
     }
 }
 
