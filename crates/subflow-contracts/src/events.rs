@@ -227,8 +227,10 @@ impl NewEvent {
     }
 }
 
-/// A persisted record (SPEC §5.1), as `/events` returns it.
+/// A persisted record (SPEC §5.1), as `/events` returns it;
+/// `contracts/run_event_stream_contract.json` describes each event type's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunEvent {
     /// Thread id.
     pub thread_id: String,
@@ -237,8 +239,10 @@ pub struct RunEvent {
     /// Thread-global, strictly increasing, ≥ 1.
     pub seq: i64,
     /// Event type.
+    #[cfg_attr(feature = "openapi", schema(value_type = EventType))]
     pub event_type: String,
     /// Category.
+    #[cfg_attr(feature = "openapi", schema(value_type = EventCategory))]
     pub category: String,
     /// Payload.
     pub content: Value,
@@ -249,6 +253,7 @@ pub struct RunEvent {
     /// Run owner, or null.
     pub user_id: Option<String>,
     /// The idempotency key (additive envelope field).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = "uuid"))]
     pub event_id: Uuid,
 }
 

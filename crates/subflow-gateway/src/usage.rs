@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value, json};
 use subflow_contracts::RunStatus;
+use subflow_contracts::api::TokenUsage;
+use subflow_contracts::api::usage::{CallerTotals, ContextUsage, Cost, ModelTotals};
 use subflow_contracts::messages::Message;
 use subflow_store::{ModelUsage, RunRecord, RunUsage};
 
@@ -120,7 +121,7 @@ pub fn run_costs(
 }
 
 /// The `cost` object over counted runs, or null when nothing is priced or currencies mix.
-pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Value {
+pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Option<Cost> {
     let mut by_model: BTreeMap<String, f64> = BTreeMap::new();
     let mut currencies: Vec<String> = Vec::new();
     for run in runs {
@@ -132,20 +133,20 @@ pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Value {
     currencies.sort_unstable();
     currencies.dedup();
     match currencies.as_slice() {
-        [currency] => {
-            let rounded: Map<String, Value> = by_model
+        [currency] => Some(Cost {
+            currency: currency.clone(),
+            total: round6(by_model.values().sum()),
+            by_model: by_model
                 .iter()
-                .map(|(m, c)| (m.clone(), json!(round6(*c))))
-                .collect();
-            let total = round6(by_model.values().sum());
-            json!({"currency": currency, "total": total, "by_model": rounded})
-        }
-        _ => Value::Null,
+                .map(|(m, c)| (m.clone(), round6(*c)))
+                .collect(),
+        }),
+        _ => None,
     }
 }
 
 /// `context_usage` of the latest checkpoint's messages against a model's window.
-pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> Value {
+pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> ContextUsage {
     let count: u64 = messages
         .iter()
         .map(|m| (m.text().chars().count() as u64).div_ceil(4) + 3)
@@ -153,7 +154,11 @@ pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> Value
     let percentage = context_window
         .filter(|w| *w > 0)
         .map(|w| ((count as f64 / w as f64 * 100.0) * 10.0).round() / 10.0);
-    json!({"token_count": count, "max_context_tokens": context_window, "percentage": percentage})
+    ContextUsage {
+        token_count: count,
+        max_context_tokens: context_window,
+        percentage,
+    }
 }
 
 /// The `/token-usage` body without `context_usage`.
@@ -162,7 +167,7 @@ pub fn summarise(
     runs: &[RunRecord],
     include_active: bool,
     models: &[ModelFacts],
-) -> Value {
+) -> TokenUsage {
     let counted: Vec<&RunRecord> = runs.iter().filter(|r| counted(r, include_active)).collect();
     let mut by_model: BTreeMap<String, (i64, u64)> = BTreeMap::new();
     let (mut total, mut input, mut output) = (0i64, 0i64, 0i64);
@@ -191,22 +196,40 @@ pub fn summarise(
             }
         }
     }
-    let by_model: Map<String, Value> = by_model
-        .into_iter()
-        .map(|(m, (tokens, runs))| (m, json!({"tokens": tokens, "runs": runs})))
-        .collect();
-    json!({
-        "thread_id": thread_id, "total_tokens": total, "total_input_tokens": input, "total_output_tokens": output,
-        "total_runs": counted.len(), "by_model": by_model,
-        "by_caller": {"lead_agent": lead, "subagent": subagent, "middleware": middleware},
-        "cost": cost(&counted, models),
-    })
+    TokenUsage {
+        thread_id: thread_id.to_owned(),
+        total_tokens: total,
+        total_input_tokens: input,
+        total_output_tokens: output,
+        total_runs: counted.len() as u64,
+        by_model: by_model
+            .into_iter()
+            .map(|(m, (tokens, runs))| (m, ModelTotals { tokens, runs }))
+            .collect(),
+        by_caller: CallerTotals {
+            lead_agent: lead,
+            subagent,
+            middleware,
+        },
+        cost: cost(&counted, models),
+        context_usage: None,
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The JSON body `summarise` answers with.
+    fn summary(thread_id: &str, runs: &[RunRecord], include_active: bool, models: &[ModelFacts]) -> Value {
+        serde_json::to_value(summarise(thread_id, runs, include_active, models)).unwrap()
+    }
+
+    /// The JSON of `context_usage`.
+    fn context(messages: &[Message], context_window: Option<u64>) -> Value {
+        serde_json::to_value(context_usage(messages, context_window)).unwrap()
+    }
     use subflow_store::RunUsage;
 
     fn facts(name: &str, price: Option<(f64, f64, Option<f64>, &str)>) -> ModelFacts {
@@ -298,7 +321,7 @@ mod tests {
             facts("gpt", Some((2.0, 8.0, Some(0.5), "usd"))),
             facts("claude", Some((3.0, 15.0, None, "USD"))),
         ];
-        let body = summarise("t", &runs, false, &models);
+        let body = summary("t", &runs, false, &models);
         assert_eq!(body["total_runs"], 2);
         assert_eq!(body["total_tokens"], 1220);
         let sum: i64 = body["by_model"]
@@ -309,7 +332,7 @@ mod tests {
             .sum();
         assert_eq!(sum, 1220);
         assert_eq!(body["by_model"]["gpt"], json!({"tokens": 1020, "runs": 2}));
-        assert_eq!(summarise("t", &runs, true, &models)["total_runs"], 3);
+        assert_eq!(summary("t", &runs, true, &models)["total_runs"], 3);
         assert_eq!(
             body["cost"]["currency"], "USD",
             "currencies are compared upper-cased"
@@ -322,7 +345,7 @@ mod tests {
     fn cost_is_null_when_unpriced_or_mixed_and_legacy_runs_fall_back() {
         let unpriced = [facts("gpt", None)];
         let runs = vec![run(RunStatus::Success, "gpt", &[("gpt", 10, 10, None)])];
-        assert_eq!(summarise("t", &runs, false, &unpriced)["cost"], Value::Null);
+        assert_eq!(summary("t", &runs, false, &unpriced)["cost"], Value::Null);
         let mixed = [
             facts("gpt", Some((1.0, 1.0, None, "USD"))),
             facts("claude", Some((1.0, 1.0, None, "EUR"))),
@@ -332,12 +355,12 @@ mod tests {
             "gpt",
             &[("gpt", 10, 10, None), ("claude", 10, 10, None)],
         )];
-        assert_eq!(summarise("t", &both, false, &mixed)["cost"], Value::Null);
+        assert_eq!(summary("t", &both, false, &mixed)["cost"], Value::Null);
         let mut legacy = run(RunStatus::Success, "GPT-model", &[]);
         legacy.usage.total_input_tokens = 1_000_000;
         legacy.usage.total_tokens = 1_000_000;
         let priced = [facts("gpt", Some((2.0, 8.0, Some(0.5), "USD")))];
-        let body = summarise("t", &[legacy], false, &priced);
+        let body = summary("t", &[legacy], false, &priced);
         assert_eq!(
             body["by_model"]["GPT-model"],
             json!({"tokens": 1_000_000, "runs": 1})
@@ -349,10 +372,10 @@ mod tests {
     fn context_usage_counts_characters_over_four_plus_three_per_message() {
         let messages = vec![Message::human("abcdefgh"), Message::human("abc")];
         assert_eq!(
-            context_usage(&messages, Some(1000)),
+            context(&messages, Some(1000)),
             json!({"token_count": 2 + 3 + 1 + 3, "max_context_tokens": 1000, "percentage": 0.9})
         );
-        assert_eq!(context_usage(&messages, None)["percentage"], Value::Null);
+        assert_eq!(context(&messages, None)["percentage"], Value::Null);
     }
 
     proptest! {
@@ -370,7 +393,7 @@ mod tests {
         fn the_cost_total_is_the_sum_of_its_models(a in 0i64..5_000_000, b in 0i64..5_000_000, c in 0i64..5_000_000) {
             let runs = vec![run(RunStatus::Success, "gpt", &[("gpt", a, b, None), ("claude", c, a, Some(c / 2))])];
             let models = [facts("gpt", Some((2.0, 8.0, None, "USD"))), facts("claude", Some((3.0, 15.0, Some(0.3), "USD")))];
-            let cost = summarise("t", &runs, false, &models)["cost"].clone();
+            let cost = summary("t", &runs, false, &models)["cost"].clone();
             if cost.is_null() { return Ok(()); }
             let sum: f64 = cost["by_model"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
             prop_assert!((sum - cost["total"].as_f64().unwrap()).abs() < 1e-5);

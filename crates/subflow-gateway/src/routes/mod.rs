@@ -1,4 +1,7 @@
-//! Route handlers, one module per resource.
+//! Route handlers, one module per resource, each annotated with its OpenAPI operation
+//! (`#[utoipa::path]`): the router registers handlers through `utoipa_axum::routes!`, so
+//! a routed handler is a documented one. The path and query types here are what the
+//! handlers extract, and what the document's parameters are generated from.
 
 pub mod assistants;
 pub mod batches;
@@ -9,42 +12,105 @@ pub mod token_usage;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
+use axum::extract::{FromRequestParts, State};
 use axum::http::StatusCode;
+use axum::http::request::Parts;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use subflow_contracts::api::{
+    Health, Info, Models, meta::InfoFlags, meta::InfoHost, meta::TokenUsageShown,
+};
 use subflow_contracts::ids::is_valid_thread_id;
+use utoipa::IntoParams;
 
 use crate::{ApiError, AppState};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// `GET /health`, without auth.
-pub async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// `{thread_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ThreadPath {
+    /// A thread id; another user's thread is 404.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub thread_id: String,
 }
 
-/// `GET /api/models` (SPEC §7.5).
-pub async fn models(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({"models": state.models, "token_usage": {"enabled": state.token_usage_enabled}}))
+/// `{thread_id}/runs/{run_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct RunPath {
+    /// A thread id; another user's thread is 404.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub thread_id: String,
+    /// A run of that thread.
+    pub run_id: String,
+}
+
+/// The query string, parsed into `T`; a value of the wrong type is 422 like every bad input.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Query<T>(pub T);
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|axum::extract::Query(value)| Query(value))
+            .map_err(|rejection| ApiError::Unprocessable(rejection.body_text()))
+    }
+}
+
+/// `GET /health`, without auth.
+#[utoipa::path(get, path = "/health", tag = "server", security(()),
+    responses((status = 200, description = "The process serves", body = Health)))]
+pub async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".to_owned(),
+    })
+}
+
+/// `GET /api/models` (SPEC §7.5): the configured models and whether token usage is shown.
+#[utoipa::path(get, path = "/api/models", tag = "server",
+    responses((status = 200, description = "The configured models, the default first", body = Models)))]
+pub async fn models(State(state): State<AppState>) -> Json<Models> {
+    Json(Models {
+        models: state.models.clone(),
+        token_usage: TokenUsageShown {
+            enabled: state.token_usage_enabled,
+        },
+    })
 }
 
 /// `GET /api/info`: what LangGraph servers answer — the version and the flags of what
 /// this server supports — for the SDKs and LangGraph tooling that probe it. LangGraph's
 /// own flags first (read-only assistants; no crons, no LangSmith), then subflow's:
 /// every stream is resumable (SPEC §2.5), and whether token usage is shown (SPEC §7.5).
-pub async fn info(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "flags": {
-            "assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false,
-            "resumable_streams": true, "token_usage": state.token_usage_enabled,
+#[utoipa::path(get, path = "/api/info", tag = "server",
+    responses((status = 200, description = "The version and the supported features", body = Info)))]
+pub async fn info(State(state): State<AppState>) -> Json<Info> {
+    Json(Info {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        flags: InfoFlags {
+            assistants: true,
+            crons: false,
+            langsmith: false,
+            langsmith_tracing_replicas: false,
+            resumable_streams: true,
+            token_usage: state.token_usage_enabled,
         },
-        "host": {"kind": "self-hosted", "project_id": null, "host_revision_id": null, "revision_id": null, "tenant_id": null},
-        "metadata": {},
-    }))
+        host: InfoHost {
+            kind: "self-hosted".to_owned(),
+            project_id: None,
+            host_revision_id: None,
+            revision_id: None,
+            tenant_id: None,
+        },
+        metadata: serde_json::Map::new(),
+    })
 }
 
 /// Unknown paths.

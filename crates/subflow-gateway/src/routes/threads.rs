@@ -4,60 +4,72 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
+use subflow_contracts::api::threads::{CheckpointRef, IfExists};
+use subflow_contracts::api::{
+    ErrorBody, HistoryRequest, Thread, ThreadCreate, ThreadSearch as SearchRequest, ThreadState,
+};
 use subflow_contracts::{Permission, RunStatus};
 use subflow_store::{Checkpoint, NewThread, ThreadRecord, ThreadSearch};
+use utoipa::IntoParams;
 
-use super::{checked_thread_id, parse_body};
+use super::{Query, ThreadPath, checked_thread_id, parse_body};
 use crate::auth::{Caller, authorize_thread};
 use crate::{ApiError, AppState};
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateThread {
-    #[serde(default)]
-    thread_id: Option<String>,
-    #[serde(default)]
-    metadata: Map<String, Value>,
-    #[serde(default)]
-    if_exists: Option<String>,
-}
-
 /// The Thread object, with the latest checkpoint's values.
-pub async fn thread_json(state: &AppState, thread: &ThreadRecord) -> Result<Value, ApiError> {
+pub async fn thread_body(state: &AppState, thread: &ThreadRecord) -> Result<Thread, ApiError> {
     let values = state
         .store
         .latest_checkpoint(&thread.thread_id)
         .await?
-        .map_or_else(|| json!({}), |c| c.values);
-    Ok(json!({
-        "thread_id": thread.thread_id, "created_at": thread.created_at, "updated_at": thread.updated_at,
-        "metadata": thread.metadata, "status": thread.status, "values": values,
-    }))
+        .and_then(|c| match c.values {
+            Value::Object(values) => Some(values),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Ok(Thread {
+        thread_id: thread.thread_id.clone(),
+        created_at: thread.created_at.clone(),
+        updated_at: thread.updated_at.clone(),
+        metadata: thread.metadata.clone(),
+        status: thread.status,
+        values,
+    })
 }
 
 /// `POST /api/threads`: a thread owned by the caller. An id taken by another user's
 /// thread is 404, as on every thread route.
+#[utoipa::path(post, path = "/api/threads", tag = "threads",
+    request_body(content = ThreadCreate, description = "Every field optional; an empty body creates a thread with a fresh id"),
+    responses(
+        (status = 200, description = "The thread, new or (if_exists=do_nothing) existing", body = Thread),
+        (status = 404, description = "The id is another user's thread", body = ErrorBody),
+        (status = 409, description = "The thread exists and if_exists is raise", body = ErrorBody),
+        (status = 422, description = "Invalid body or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Thread>, ApiError> {
     caller.require(Permission::ThreadsWrite)?;
-    let request: CreateThread = parse_body(&body)?;
+    let request: ThreadCreate = parse_body(&body)?;
     let thread_id = request
         .thread_id
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     checked_thread_id(&thread_id)?;
-    let raise = match request.if_exists.as_deref() {
-        None | Some("raise") => true,
-        Some("do_nothing") => false,
-        Some(other) => {
+    let raise = match request.if_exists.as_deref().map(str::parse) {
+        None | Some(Ok(IfExists::Raise)) => true,
+        Some(Ok(IfExists::DoNothing)) => false,
+        Some(Err(_)) => {
             return Err(ApiError::Unprocessable(format!(
-                "if_exists must be 'raise' or 'do_nothing', got '{other}'"
+                "if_exists must be 'raise' or 'do_nothing', got '{}'",
+                request.if_exists.unwrap_or_default()
             )));
         }
     };
@@ -81,19 +93,25 @@ pub async fn create(
         }
         Err(error) => return Err(error.into()),
     };
-    Ok(Json(thread_json(&state, &thread).await?))
+    Ok(Json(thread_body(&state, &thread).await?))
 }
 
-/// `GET /api/threads/{thread_id}`.
+/// `GET /api/threads/{thread_id}`: a thread of the caller's.
+#[utoipa::path(get, path = "/api/threads/{thread_id}", tag = "threads", params(ThreadPath),
+    responses(
+        (status = 200, description = "The thread with its latest values", body = Thread),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+) -> Result<Json<Thread>, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id)
         .await?
         .ok_or_else(|| not_found(&thread_id))?;
-    Ok(Json(thread_json(&state, &thread).await?))
+    Ok(Json(thread_body(&state, &thread).await?))
 }
 
 /// 404 `Thread {thread_id} not found`.
@@ -101,27 +119,21 @@ pub fn not_found(thread_id: &str) -> ApiError {
     ApiError::NotFound(format!("Thread {thread_id} not found"))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SearchThreads {
-    #[serde(default)]
-    metadata: Map<String, Value>,
-    #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    limit: Option<u32>,
-    #[serde(default)]
-    offset: Option<u32>,
-}
-
 /// `POST /api/threads/search`: the caller's threads, newest first.
+#[utoipa::path(post, path = "/api/threads/search", tag = "threads",
+    request_body(content = SearchRequest, description = "Every field optional"),
+    responses(
+        (status = 200, description = "The caller's matching threads, newest first", body = Vec<Thread>),
+        (status = 422, description = "Invalid body", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn search(
     State(state): State<AppState>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<Thread>>, ApiError> {
     caller.require(Permission::ThreadsRead)?;
-    let request: SearchThreads = parse_body(&body)?;
+    let request: SearchRequest = parse_body(&body)?;
     let status = request
         .status
         .map(|s| {
@@ -140,16 +152,22 @@ pub async fn search(
     };
     let mut threads = Vec::new();
     for thread in state.store.search_threads(&search).await? {
-        threads.push(thread_json(&state, &thread).await?);
+        threads.push(thread_body(&state, &thread).await?);
     }
     Ok(Json(threads))
 }
 
 /// `DELETE /api/threads/{thread_id}`: cancels its active runs, then deletes all its data.
+#[utoipa::path(delete, path = "/api/threads/{thread_id}", tag = "threads", params(ThreadPath),
+    responses(
+        (status = 204, description = "Deleted, with its runs, events, checkpoints and batches"),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
 ) -> Result<StatusCode, ApiError> {
     if authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
         .await?
@@ -173,53 +191,76 @@ pub async fn delete(
 }
 
 /// A ThreadState (SPEC §2.3) of one checkpoint.
-fn state_json(checkpoint: &Checkpoint) -> Value {
-    json!({
-        "values": checkpoint.values,
-        "next": [],
-        "checkpoint": {"thread_id": checkpoint.thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint.checkpoint_id},
-        "metadata": checkpoint.metadata,
-        "created_at": checkpoint.created_at,
-        "parent_checkpoint": checkpoint.parent_checkpoint_id.as_ref().map(|id| json!({"thread_id": checkpoint.thread_id, "checkpoint_ns": "", "checkpoint_id": id})),
-        "tasks": [],
-        "interrupts": [],
-    })
+fn state_body(checkpoint: &Checkpoint) -> ThreadState {
+    let at = |checkpoint_id: &str| CheckpointRef {
+        thread_id: checkpoint.thread_id.clone(),
+        checkpoint_ns: String::new(),
+        checkpoint_id: Some(checkpoint_id.to_owned()),
+    };
+    ThreadState {
+        values: checkpoint.values.clone(),
+        next: Vec::new(),
+        checkpoint: at(&checkpoint.checkpoint_id),
+        metadata: checkpoint.metadata.clone(),
+        created_at: Some(checkpoint.created_at.clone()),
+        parent_checkpoint: checkpoint.parent_checkpoint_id.as_deref().map(at),
+        tasks: Vec::new(),
+        interrupts: Vec::new(),
+    }
 }
 
 /// `GET …/state`: the latest checkpoint, or an empty state for a thread without one.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/state", tag = "threads", params(ThreadPath),
+    responses(
+        (status = 200, description = "The latest state; an empty one for an unknown thread", body = ThreadState),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn state(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+) -> Result<Json<ThreadState>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let latest = match owned {
         Some(_) => state.store.latest_checkpoint(&thread_id).await?,
         None => None,
     };
     let Some(checkpoint) = latest else {
-        return Ok(Json(
-            json!({"values": {"messages": []}, "next": [], "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": null}, "metadata": {}, "created_at": null, "parent_checkpoint": null, "tasks": [], "interrupts": []}),
-        ));
+        return Ok(Json(ThreadState {
+            values: json!({"messages": []}),
+            next: Vec::new(),
+            checkpoint: CheckpointRef {
+                thread_id,
+                checkpoint_ns: String::new(),
+                checkpoint_id: None,
+            },
+            metadata: serde_json::Map::new(),
+            created_at: None,
+            parent_checkpoint: None,
+            tasks: Vec::new(),
+            interrupts: Vec::new(),
+        }));
     };
-    Ok(Json(state_json(&checkpoint)))
+    Ok(Json(state_body(&checkpoint)))
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryParams {
-    #[serde(default)]
+/// `GET …/history` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// Page size, default 10, at most 1000.
     limit: Option<u32>,
-    #[serde(default)]
-    before: Option<Value>,
+    /// A checkpoint id to page before.
+    before: Option<String>,
 }
 
 /// The history of `thread`, as `authorize_thread` found it: none for an unowned id.
 async fn history(
     state: &AppState,
     thread: Option<ThreadRecord>,
-    params: HistoryParams,
-) -> Result<Json<Vec<Value>>, ApiError> {
+    params: HistoryRequest,
+) -> Result<Json<Vec<ThreadState>>, ApiError> {
     let Some(thread) = thread else {
         return Ok(Json(Vec::new()));
     };
@@ -242,37 +283,47 @@ async fn history(
             before.as_deref(),
         )
         .await?;
-    Ok(Json(checkpoints.iter().map(state_json).collect()))
+    Ok(Json(checkpoints.iter().map(state_body).collect()))
 }
 
 /// `POST …/history` `{limit=10, before?}`: ThreadStates, newest first.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath),
+    request_body(content = HistoryRequest, description = "Every field optional"),
+    responses(
+        (status = 200, description = "Thread states, newest first; none for an unknown thread", body = Vec<ThreadState>),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid body or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn history_post(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<ThreadState>>, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
-    let params: HistoryParams = parse_body(&body)?;
+    let params: HistoryRequest = parse_body(&body)?;
     history(&state, thread, params).await
 }
 
-/// `GET …/history?limit=&before=`.
+/// `GET …/history?limit=&before=`: ThreadStates, newest first.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath, HistoryQuery),
+    responses(
+        (status = 200, description = "Thread states, newest first; none for an unknown thread", body = Vec<ThreadState>),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn history_get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
-    Query(query): Query<std::collections::HashMap<String, String>>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+    Query(query): Query<HistoryQuery>,
+) -> Result<Json<Vec<ThreadState>>, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
-    let limit = query
-        .get("limit")
-        .map(|l| {
-            l.parse::<u32>().map_err(|_| {
-                ApiError::Unprocessable(format!("limit must be an integer, got '{l}'"))
-            })
-        })
-        .transpose()?;
-    let before = query.get("before").map(|b| Value::String(b.clone()));
-    history(&state, thread, HistoryParams { limit, before }).await
+    let request = HistoryRequest {
+        limit: query.limit,
+        before: query.before.map(Value::String),
+    };
+    history(&state, thread, request).await
 }

@@ -1,12 +1,14 @@
 //! `GET /api/threads/{thread_id}/token-usage?include_active=false` (SPEC §7.3, §7.4).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use serde::Deserialize;
-use serde_json::Value;
 use subflow_contracts::Permission;
+use subflow_contracts::api::{ErrorBody, TokenUsage};
 use subflow_contracts::messages::Message;
+use utoipa::IntoParams;
 
+use super::{Query, ThreadPath};
 use crate::auth::{Caller, authorize_thread};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
@@ -15,18 +17,28 @@ use crate::{ApiError, AppState};
 /// thousand runs takes one query, bounded so a huge thread does not load at once.
 const PAGE: u32 = 5_000;
 
-#[derive(Debug, Deserialize)]
+/// The query of `…/token-usage`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UsageParams {
+    /// Also count running runs through their snapshots; default false.
     include_active: Option<bool>,
 }
 
 /// The thread's usage over counted runs, with cost and context usage.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/token-usage", tag = "threads", params(ThreadPath, UsageParams),
+    responses(
+        (status = 200, description = "Token usage, cost and context usage of the thread's counted runs", body = TokenUsage),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Query(params): Query<UsageParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TokenUsage>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let mut runs = Vec::new();
     // An unowned thread id has no runs and no state.
@@ -67,10 +79,13 @@ pub async fn get(
                 .and_then(|c| c.values.get("messages").cloned())
                 .and_then(|m| serde_json::from_value(m).ok())
                 .unwrap_or_default();
-            context_usage(&messages, facts.and_then(|f| f.context_window))
+            Some(context_usage(
+                &messages,
+                facts.and_then(|f| f.context_window),
+            ))
         }
-        Err(_) => Value::Null,
+        Err(_) => None,
     };
-    body["context_usage"] = context;
+    body.context_usage = context;
     Ok(Json(body))
 }

@@ -15,6 +15,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use subflow_contracts::api::StreamMode;
 use subflow_store::{Store, StreamFrame, StreamNotice};
 use tokio::sync::{broadcast, watch};
 use tokio::time::MissedTickBehavior;
@@ -31,13 +32,39 @@ const PAGE: u32 = 256;
 /// How long a watcher waits before re-reading after a failed store read.
 const READ_RETRY: Duration = Duration::from_secs(1);
 
-/// The stream modes a rejoin may name, and the frame each one selects.
-const MODE_EVENTS: [(&str, &str); 4] = [
-    ("values", "values"),
-    ("messages-tuple", "messages"),
-    ("updates", "updates"),
-    ("custom", "custom"),
-];
+/// One frame of a run stream as an SSE client reads it (SPEC §2.4): the schema of each
+/// `text/event-stream` event in the OpenAPI document. The hub writes frames as text
+/// (`sse::frame_text`); this type only describes them.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct RunFrame {
+    /// What the frame carries.
+    event: FrameEvent,
+    /// JSON text: `{run_id, thread_id}` for metadata, the mode's payload (a
+    /// `[message, metadata]` pair for messages), `{message, name}` for error, `{code,
+    /// message}` for gap, `null` for end.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+    /// The frame id, 1, 2, 3, … in the run's log; `gap` and a lone `end` of a pruned log
+    /// have none.
+    #[schema(pattern = "^[0-9]+$")]
+    id: Option<String>,
+}
+
+/// The `event` of a [`RunFrame`].
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub(crate) enum FrameEvent {
+    Metadata,
+    Values,
+    Messages,
+    Updates,
+    Custom,
+    Error,
+    End,
+    Gap,
+}
 
 /// Frames every watcher gets whatever modes it asked for.
 const ALWAYS: [&str; 3] = ["metadata", "error", "end"];
@@ -82,22 +109,12 @@ impl RejoinParams {
         if modes.is_empty() {
             return Ok(params);
         }
-        let unknown: Vec<&str> = modes
-            .iter()
-            .copied()
-            .filter(|m| !MODE_EVENTS.iter().any(|(mode, _)| mode == m))
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ApiError::Unprocessable(format!(
-                "Unsupported stream mode(s): {}",
-                unknown.join(", ")
-            )));
-        }
+        let modes = super::parse_stream_modes(modes)?;
         params.events = Some(
-            MODE_EVENTS
+            StreamMode::ALL
                 .iter()
-                .filter(|(mode, _)| modes.contains(mode))
-                .map(|(_, event)| *event)
+                .filter(|mode| modes.contains(mode))
+                .map(|mode| mode.event())
                 .collect(),
         );
         Ok(params)

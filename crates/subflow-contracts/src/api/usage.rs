@@ -1,0 +1,90 @@
+//! Token usage (SPEC §7.2–§7.4): a run's per-model buckets and the `/token-usage` body.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Token usage of one model within a run (SPEC §7.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelUsage {
+    /// Input tokens, cached ones included.
+    pub input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Total tokens.
+    pub total_tokens: i64,
+    /// Cached input tokens, present only when > 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_read_tokens: Option<i64>,
+}
+
+/// `GET …/token-usage`: the thread's counted runs summed, priced, and its context usage.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TokenUsage {
+    /// Thread id.
+    pub thread_id: String,
+    /// Sum of total tokens.
+    pub total_tokens: i64,
+    /// Sum of input tokens.
+    pub total_input_tokens: i64,
+    /// Sum of output tokens.
+    pub total_output_tokens: i64,
+    /// Runs counted.
+    pub total_runs: u64,
+    /// Tokens and runs by model.
+    pub by_model: BTreeMap<String, ModelTotals>,
+    /// Tokens by caller bucket.
+    pub by_caller: CallerTotals,
+    /// The cost, or null when nothing is priced or currencies mix.
+    pub cost: Option<Cost>,
+    /// The latest state's size against the model's window; null when it cannot be read.
+    pub context_usage: Option<ContextUsage>,
+}
+
+/// A model's share of [`TokenUsage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelTotals {
+    /// Total tokens.
+    pub tokens: i64,
+    /// Runs that used the model.
+    pub runs: u64,
+}
+
+/// The caller buckets of [`TokenUsage`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CallerTotals {
+    /// `lead_agent`.
+    pub lead_agent: i64,
+    /// `subagent:*`.
+    pub subagent: i64,
+    /// `middleware:*`.
+    pub middleware: i64,
+}
+
+/// The priced cost of counted runs, in one currency, rounded to 6 decimals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Cost {
+    /// The models' currency, upper case.
+    pub currency: String,
+    /// The sum.
+    pub total: f64,
+    /// By model.
+    pub by_model: BTreeMap<String, f64>,
+}
+
+/// The latest state's estimated tokens against the model's context window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ContextUsage {
+    /// Estimated tokens of the state's messages.
+    pub token_count: u64,
+    /// The model's window, when configured.
+    pub max_context_tokens: Option<u64>,
+    /// `token_count` as a percentage of the window, one decimal.
+    pub percentage: Option<f64>,
+}
