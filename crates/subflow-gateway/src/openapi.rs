@@ -12,7 +12,12 @@ use std::sync::OnceLock;
 use axum::Json;
 use axum::extract::State;
 use serde_json::{Value, json};
-use subflow_contracts::api::{ErrorBody, StreamMode};
+use subflow_contracts::api::runs::InputMessage;
+use subflow_contracts::api::threads::IfExists;
+use subflow_contracts::api::{
+    CancelAction, DisconnectAction, ErrorBody, MultitaskStrategy, StateValues, StreamMode,
+};
+use subflow_contracts::{BatchItemStatus, EventCategory, EventType, RunStatus, ThreadStatus};
 use utoipa::OpenApi;
 
 use crate::{AppState, AuthMode};
@@ -24,7 +29,13 @@ use crate::{AppState, AuthMode};
         title = "subflow",
         description = "LangGraph-compatible runs API with subagent task events, run events, token usage and durable batches. In token mode every route except /health and this document needs `Authorization: Bearer sf_…`; every error is `{\"detail\": …}`."
     ),
-    components(schemas(ErrorBody, StreamMode))
+    // Schemas that operations name only through a `value_type` or a hand-built schema,
+    // which utoipa does not collect by itself.
+    components(schemas(
+        ErrorBody, StreamMode, CancelAction, DisconnectAction, MultitaskStrategy, IfExists,
+        RunStatus, ThreadStatus, BatchItemStatus, EventType, EventCategory, StateValues,
+        InputMessage
+    ))
 )]
 pub(crate) struct ApiDoc;
 

@@ -220,6 +220,7 @@ pub fn summarise(
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
 
     /// The JSON body `summarise` answers with.
     fn summary(thread_id: &str, runs: &[RunRecord], include_active: bool, models: &[ModelFacts]) -> Value {
