@@ -115,6 +115,9 @@ fn complete(document: &mut Value, auth: AuthMode, metrics_public: bool) {
             if !refusals.is_empty() && responses.get("403").is_none() {
                 responses["403"] = error(&refusals.join("; or "));
             }
+            if path.contains("{thread_id}") && responses.get("422").is_none() {
+                responses["422"] = error("Invalid thread_id: expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'");
+            }
             if path.starts_with("/api/threads") && responses.get("503").is_none() {
                 responses["503"] = error("Run event store not available");
             }

@@ -30,8 +30,7 @@ pub struct RunRequest {
     /// `configurable.model_name` picks a configured model; `metadata` carries trace
     /// attributes.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
-    pub config: Option<Value>,
+    pub config: Option<Map<String, Value>>,
     /// Context keys the run reads (`model_name`); `is_subagent`, `agent_id` and `__`
     /// keys are dropped.
     #[serde(default)]
@@ -127,7 +126,10 @@ impl utoipa::PartialSchema for InputMessage {
                     .enum_values(Some(["user", "human", "assistant", "ai", "system"])),
             )
             .required("role")
-            .property("content", ObjectBuilder::new())
+            .property(
+                "content",
+                ObjectBuilder::new().schema_type(utoipa::openapi::schema::SchemaType::AnyValue),
+            )
             .description(Some("`{role, content}`; content defaults to an empty string"))
             // `type` decides the form, so a role pair has none: every key but `type`.
             .property_names(Some(

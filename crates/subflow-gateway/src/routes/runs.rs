@@ -127,7 +127,7 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
         .iter()
         .map(message_from)
         .collect::<Result<Vec<_>, _>>()?;
-    let config = request.config.unwrap_or(Value::Null);
+    let config = request.config.map(Value::Object).unwrap_or(Value::Null);
     let metadata_of_config = config.get("metadata");
     let delegation_trace = metadata_of_config
         .and_then(|m| m.get("trace_id"))
@@ -439,8 +439,10 @@ pub async fn wait(
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Page size, default 10, at most 100.
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     limit: Option<u32>,
     /// Runs to skip.
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     offset: Option<u32>,
     /// Only runs with this status; empty means all.
     #[param(value_type = Option<RunStatus>)]

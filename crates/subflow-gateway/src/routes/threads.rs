@@ -250,6 +250,7 @@ pub async fn state(
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// Page size, default 10, at most 1000.
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     limit: Option<u32>,
     /// A checkpoint id to page before.
     before: Option<String>,
