@@ -26,12 +26,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use utoipa::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
 use subflow_runtime::runtime::Runtime;
 use subflow_store::Store;
 use subflow_telemetry::Metrics;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use app::AppOptions;
 pub use auth::{AuthMode, Caller};

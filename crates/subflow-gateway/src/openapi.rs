@@ -116,7 +116,9 @@ fn complete(document: &mut Value, auth: AuthMode, metrics_public: bool) {
                 responses["403"] = error(&refusals.join("; or "));
             }
             if path.contains("{thread_id}") && responses.get("422").is_none() {
-                responses["422"] = error("Invalid thread_id: expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'");
+                responses["422"] = error(
+                    "Invalid thread_id: expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'",
+                );
             }
             if path.starts_with("/api/threads") && responses.get("503").is_none() {
                 responses["503"] = error("Run event store not available");
@@ -187,12 +189,21 @@ mod tests {
         let token = document(AuthMode::Token, false);
         let local = document(AuthMode::Local, false);
         let models = "/paths/~1api~1models/get";
-        assert_eq!(token.pointer(&format!("{models}/security")), Some(&json!([{"bearer": []}])));
+        assert_eq!(
+            token.pointer(&format!("{models}/security")),
+            Some(&json!([{"bearer": []}]))
+        );
         assert!(token.pointer(&format!("{models}/responses/401")).is_some());
-        assert_eq!(local.pointer(&format!("{models}/security")), Some(&json!([])));
+        assert_eq!(
+            local.pointer(&format!("{models}/security")),
+            Some(&json!([]))
+        );
         assert!(local.pointer(&format!("{models}/responses/401")).is_none());
         let metrics = "/paths/~1metrics/get/security";
         assert_eq!(token.pointer(metrics), Some(&json!([{"bearer": []}])));
-        assert_eq!(document(AuthMode::Token, true).pointer(metrics), Some(&json!([])));
+        assert_eq!(
+            document(AuthMode::Token, true).pointer(metrics),
+            Some(&json!([]))
+        );
     }
 }

@@ -223,7 +223,12 @@ mod tests {
     use serde_json::{Map, Value, json};
 
     /// The JSON body `summarise` answers with.
-    fn summary(thread_id: &str, runs: &[RunRecord], include_active: bool, models: &[ModelFacts]) -> Value {
+    fn summary(
+        thread_id: &str,
+        runs: &[RunRecord],
+        include_active: bool,
+        models: &[ModelFacts],
+    ) -> Value {
         serde_json::to_value(summarise(thread_id, runs, include_active, models)).unwrap()
     }
 

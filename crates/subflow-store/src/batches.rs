@@ -82,8 +82,6 @@ pub fn new_item_id() -> String {
     format!("{ITEM_ID_PREFIX}{}", Uuid::new_v4().simple())
 }
 
-
-
 /// A stored batch: the public fields of SPEC §12.3, then the hidden ones.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchRecord {

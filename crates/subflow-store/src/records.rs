@@ -108,7 +108,6 @@ pub struct NewRun {
     pub kwargs: Value,
 }
 
-
 /// A run's token rollup columns (SPEC §7.2).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RunUsage {

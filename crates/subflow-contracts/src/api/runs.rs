@@ -130,12 +130,14 @@ impl utoipa::PartialSchema for InputMessage {
                 "content",
                 ObjectBuilder::new().schema_type(utoipa::openapi::schema::SchemaType::AnyValue),
             )
-            .description(Some("`{role, content}`; content defaults to an empty string"))
+            .description(Some(
+                "`{role, content}`; content defaults to an empty string",
+            ))
             // `type` decides the form, so a role pair has none: every key but `type`.
             .property_names(Some(
-                ObjectBuilder::new()
-                    .schema_type(Type::String)
-                    .pattern(Some(r"^(?:(?:[^t]|t[^y]|ty[^p]|typ[^e]|type[\s\S])[\s\S]*|t|ty|typ|)$")),
+                ObjectBuilder::new().schema_type(Type::String).pattern(Some(
+                    r"^(?:(?:[^t]|t[^y]|ty[^p]|typ[^e]|type[\s\S])[\s\S]*|t|ty|typ|)$",
+                )),
             ))
             .build();
         OneOfBuilder::new()

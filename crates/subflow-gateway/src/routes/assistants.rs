@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 use axum::Json;
 use serde_json::json;
 use subflow_contracts::api::Assistant;
-use subflow_contracts::api::meta::{AssistantGraph, GraphEdge, GraphNode};
 use subflow_contracts::api::GraphSchema;
+use subflow_contracts::api::meta::{AssistantGraph, GraphEdge, GraphNode};
 
 /// `GET /api/assistants/lead_agent`: the one assistant.
 #[utoipa::path(get, path = "/api/assistants/lead_agent", tag = "assistants",

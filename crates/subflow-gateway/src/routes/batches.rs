@@ -15,13 +15,14 @@ use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use subflow_contracts::api::{
-    Batch, BatchExportLine, BatchItem as PublicItem, ErrorBody, Features, };
+    Batch, BatchExportLine, BatchItem as PublicItem, ErrorBody, Features,
+};
 use subflow_contracts::{BatchItemStatus, Permission};
-use utoipa::IntoParams;
 use subflow_store::batches::{
     BatchItem, BatchQuery, BatchRecord, BatchScope, EXPORT_PAGE, ITEMS_MAX_LIMIT, ItemQuery,
     LIST_MAX_LIMIT, RetryOutcome,
 };
+use utoipa::IntoParams;
 
 use super::{Query, ThreadPath};
 use crate::auth::{Caller, authorize_thread};

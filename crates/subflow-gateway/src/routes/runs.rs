@@ -12,18 +12,18 @@ use subflow_contracts::api::{
     CancelAction, DisconnectAction, ErrorBody, MultitaskStrategy, Run, RunRequest, StateValues,
     StreamMode,
 };
-use utoipa::IntoParams;
 use subflow_contracts::messages::Message;
 use subflow_contracts::{Permission, RunStatus};
 use subflow_runtime::run::RunResult;
 use subflow_runtime::spans::TraceOverrides;
 use subflow_store::{NewRun, NewThread, RunRecord};
 use tokio_util::sync::CancellationToken;
+use utoipa::IntoParams;
 
 use super::threads::not_found;
 use super::{Query, RunPath, ThreadPath, parse_body};
-use crate::stream::follow::RunFrame;
 use crate::auth::{Caller, authorize_run, authorize_thread};
+use crate::stream::follow::RunFrame;
 use crate::stream::{
     self, RunLaunch,
     follow::{Follow, OnDisconnect, RejoinParams, check_cursor, last_event_id, sse_response},
@@ -107,9 +107,9 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
     };
     let multitask_strategy = match request.multitask_strategy.as_deref() {
         None => MultitaskStrategy::Reject,
-        Some(text) => text.parse().map_err(|_| {
-            ApiError::Unprocessable(format!("Unknown multitask_strategy '{text}'"))
-        })?,
+        Some(text) => text
+            .parse()
+            .map_err(|_| ApiError::Unprocessable(format!("Unknown multitask_strategy '{text}'")))?,
     };
     if request
         .if_not_exists
