@@ -239,7 +239,7 @@ pub struct RunEvent {
     /// Thread-global, strictly increasing, ≥ 1.
     pub seq: i64,
     /// Event type.
-    #[cfg_attr(feature = "openapi", schema(value_type = EventType))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = event_type_schema))]
     pub event_type: String,
     /// Category.
     #[cfg_attr(feature = "openapi", schema(value_type = EventCategory))]
@@ -255,6 +255,31 @@ pub struct RunEvent {
     /// The idempotency key (additive envelope field).
     #[cfg_attr(feature = "openapi", schema(value_type = String, format = "uuid"))]
     pub event_id: Uuid,
+}
+
+/// `event_type`: a frozen [`EventType`], or a dynamic `middleware:{tag}` (SPEC §5.2).
+#[cfg(feature = "openapi")]
+fn event_type_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+    use utoipa::openapi::{Ref, RefOr};
+    let tags: Vec<&str> = MiddlewareTag::ALL.iter().map(|t| t.as_str()).collect();
+    let middleware = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(format!(
+            "^{MIDDLEWARE_PREFIX}[\\s\\S]{{1,{MIDDLEWARE_TAG_MAX_CHARS}}}$"
+        )))
+        .max_length(Some(EVENT_TYPE_MAX_CHARS))
+        .description(Some(format!(
+            "A middleware audit event; the known tags are {}",
+            tags.join(", ")
+        )));
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(RefOr::Ref(Ref::from_schema_name("EventType")))
+            .item(middleware)
+            .description(Some("Event type"))
+            .build(),
+    )
 }
 
 #[cfg(test)]

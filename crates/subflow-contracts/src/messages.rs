@@ -112,10 +112,13 @@ impl ToolCall {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageMetadata {
     /// Input tokens, cached ones included.
+    #[serde(deserialize_with = "crate::api::numbers::whole_u64")]
     pub input_tokens: u64,
     /// Output tokens.
+    #[serde(deserialize_with = "crate::api::numbers::whole_u64")]
     pub output_tokens: u64,
     /// Total tokens.
+    #[serde(deserialize_with = "crate::api::numbers::whole_u64")]
     pub total_tokens: u64,
     /// Details of the input.
     #[serde(default)]
@@ -127,7 +130,7 @@ pub struct UsageMetadata {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputTokenDetails {
     /// Input tokens served from the provider's cache.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::api::numbers::whole_u64")]
     pub cache_read: u64,
 }
 

@@ -184,6 +184,114 @@ mod tests {
         }
     }
 
+    /// Whether `value` is valid for the document's schema `name`, whose references are
+    /// rewritten to `$defs` so the components resolve within one JSON Schema.
+    fn document_accepts(name: &str, value: &Value) -> bool {
+        let document = document(AuthMode::Local, false);
+        let text = serde_json::to_string(&json!({
+            "$ref": format!("#/components/schemas/{name}"),
+            "$defs": document["components"]["schemas"],
+        }))
+        .unwrap()
+        .replace("#/components/schemas/", "#/$defs/");
+        jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .should_validate_formats(true)
+            .build(&serde_json::from_str(&text).unwrap())
+            .unwrap()
+            .is_valid(value)
+    }
+
+    /// The document and the server agree on `body`, and `expect` says which way.
+    fn check(name: &str, body: Value, server_accepts: fn(&Value) -> bool, expect: bool) {
+        assert_eq!(
+            document_accepts(name, &body),
+            expect,
+            "the document on {name} {body}"
+        );
+        assert_eq!(server_accepts(&body), expect, "the server on {name} {body}");
+    }
+
+    fn parses<T: serde::de::DeserializeOwned>(body: &Value) -> Option<T> {
+        let bytes = Ok(axum::body::Bytes::from(body.to_string()));
+        crate::routes::parse_body::<T>(&bytes).ok()
+    }
+
+    #[test]
+    fn request_bodies_the_document_allows_are_the_ones_the_server_takes() {
+        use subflow_contracts::api::{HistoryRequest, RunRequest, ThreadSearch};
+        let search = |b: &Value| parses::<ThreadSearch>(b).is_some();
+        let history = |b: &Value| {
+            parses::<HistoryRequest>(b).is_some_and(|r| {
+                crate::routes::threads::before_checkpoint(r.before.as_ref()).is_ok()
+            })
+        };
+        let run = |b: &Value| parses::<RunRequest>(b).is_some_and(crate::routes::runs::accepts);
+        for (body, expect) in [
+            (json!({}), true),
+            (json!({"limit": 10, "offset": 4_294_967_295_u64}), true),
+            (json!({"limit": 10.0}), true),
+            (json!({"limit": 10.5}), false),
+            (json!({"limit": -1}), false),
+            (json!({"offset": 4_294_967_296_u64}), false),
+            (json!([null]), false),
+        ] {
+            check("ThreadSearch", body, search, expect);
+        }
+        for (body, expect) in [
+            (json!({"limit": 2_147_483_648_u64, "before": null}), true),
+            (json!({"before": "c1"}), true),
+            (
+                json!({"before": {"configurable": {"checkpoint_id": "c1"}}}),
+                true,
+            ),
+            (json!({"before": []}), false),
+            (json!({"before": 5}), false),
+            (json!({"limit": 4_294_967_296_u64}), false),
+        ] {
+            check("HistoryRequest", body, history, expect);
+        }
+        for (body, expect) in [
+            (
+                json!({"assistant_id": "lead_agent", "webhook": null, "checkpoint": null}),
+                true,
+            ),
+            (
+                json!({"input": {"messages": [{"role": "user", "content": "hi"}]}}),
+                true,
+            ),
+            (json!({"webhook": {}}), false),
+            (json!({"interrupt_before": -1.2}), false),
+            (json!({"feedback_keys": "[x]"}), false),
+            (json!([null, null]), false),
+        ] {
+            check("RunRequest", body, run, expect);
+        }
+    }
+
+    #[test]
+    fn run_events_document_every_event_type_the_catalogue_has() {
+        let event = |event_type: &str| {
+            json!({"thread_id": "t", "run_id": "r", "seq": 1, "event_type": event_type,
+                "category": "middleware", "content": {}, "metadata": {},
+                "created_at": "2026-01-01T00:00:00Z", "event_id": "01a2349d-e3f8-7494-81ca-28a7788e4988"})
+        };
+        for (event_type, expect) in [
+            ("run.start", true),
+            ("middleware:loop_detection", true),
+            ("middleware:a", true),
+            ("middleware:", false),
+            ("middleware:tag_of_twenty_two_chars", false),
+            ("run.begin", false),
+        ] {
+            assert_eq!(
+                document_accepts("RunEvent", &event(event_type)),
+                expect,
+                "{event_type}"
+            );
+        }
+    }
+
     #[test]
     fn token_mode_secures_what_local_mode_leaves_open() {
         let token = document(AuthMode::Token, false);

@@ -5,6 +5,7 @@
 
 pub mod batches;
 pub mod meta;
+pub mod numbers;
 pub mod runs;
 pub mod threads;
 pub mod usage;

@@ -58,36 +58,48 @@ pub struct RunRequest {
     pub stream_resumable: Option<bool>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub webhook: Option<Value>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub after_seconds: Option<Value>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub feedback_keys: Option<Value>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub interrupt_before: Option<Value>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub interrupt_after: Option<Value>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub checkpoint: Option<Value>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub checkpoint_id: Option<Value>,
     /// Not supported: null or absent.
     #[serde(default)]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<()>))]
+    #[cfg_attr(feature = "openapi", schema(schema_with = unsupported_schema))]
     pub command: Option<Value>,
+}
+
+/// A LangGraph run option subflow does not support: only null passes, anything else is 422.
+#[cfg(feature = "openapi")]
+fn unsupported_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(Type::Null)
+            .description(Some("Not supported: null or absent"))
+            .build(),
+    )
 }
 
 /// `stream_mode`: one [`StreamMode`], a list of them, or null.

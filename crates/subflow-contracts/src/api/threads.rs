@@ -45,11 +45,13 @@ pub struct ThreadSearch {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<ThreadStatus>))]
     pub status: Option<String>,
-    /// Page size, default 10, at most 1000.
-    #[serde(default)]
+    /// Page size, default 10; a larger one reads as 1000.
+    #[serde(default, deserialize_with = "super::numbers::option_whole_u32")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64))]
     pub limit: Option<u32>,
     /// Threads to skip.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "super::numbers::option_whole_u32")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64))]
     pub offset: Option<u32>,
 }
 
@@ -58,13 +60,29 @@ pub struct ThreadSearch {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HistoryRequest {
-    /// Page size, default 10, at most 1000.
-    #[serde(default)]
+    /// Page size, default 10; a larger one reads as 1000.
+    #[serde(default, deserialize_with = "super::numbers::option_whole_u32")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64))]
     pub limit: Option<u32>,
     /// A checkpoint id, or a checkpoint config `{configurable: {checkpoint_id}}` or
-    /// `{checkpoint_id}`, to page before.
+    /// `{checkpoint_id}`, to page before; a config without an id pages from the newest.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(schema_with = before_schema))]
     pub before: Option<Value>,
+}
+
+/// `before`: a checkpoint id, a checkpoint config object, or null.
+#[cfg(feature = "openapi")]
+fn before_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, SchemaType, Type};
+    Schema::Object(
+        ObjectBuilder::new()
+            .schema_type(SchemaType::from_iter([Type::String, Type::Object, Type::Null]))
+            .description(Some(
+                "A checkpoint id, or a checkpoint config `{configurable: {checkpoint_id}}` or `{checkpoint_id}`, to page before; a config without an id pages from the newest",
+            ))
+            .build(),
+    )
 }
 
 /// The Thread object, with the latest checkpoint's values.

@@ -265,7 +265,7 @@ pub struct ListParams {
 /// The caller's batches in the thread, newest first; `[]` for an unowned thread.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/subagent-batches", tag = "batches", params(ThreadPath, ListParams),
     responses(
-        (status = 200, description = "The caller's batches in the thread, newest first (created_at, id descending)", body = Vec<Batch>),
+        (status = 200, description = "The caller's batches in the thread, newest first (created_at, id descending); none for an unknown or deleted thread (SPEC §13)", body = Vec<Batch>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
         (status = 503, description = "The batch store is not available", body = ErrorBody),

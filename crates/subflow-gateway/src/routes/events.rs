@@ -41,7 +41,7 @@ fn integer(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
 /// unowned thread id.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/events", tag = "runs", params(RunPath, EventParams),
     responses(
-        (status = 200, description = "Persisted run events, ascending by seq; none for an unknown thread or run", body = Vec<RunEvent>),
+        (status = 200, description = "Persisted run events, ascending by seq; none for an unknown or deleted thread or run (SPEC §13)", body = Vec<RunEvent>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
     ),

@@ -118,8 +118,8 @@ pub async fn not_found() -> ApiError {
     ApiError::NotFound("Not Found".to_owned())
 }
 
-/// Parses a JSON body; malformed JSON, wrong types and unknown fields are 422 with a
-/// message that says what is wrong.
+/// Parses a JSON object body (an empty one reads as `{}`); malformed JSON, anything but
+/// an object, wrong types and unknown fields are 422 with a message that says what is wrong.
 pub fn parse_body<T: DeserializeOwned>(
     body: &Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
@@ -141,6 +141,12 @@ pub fn parse_body<T: DeserializeOwned>(
     } else {
         &body[..]
     };
+    // serde reads a struct from a JSON array too, field by field; the bodies are objects.
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::Unprocessable(
+            "Invalid request body: expected a JSON object".to_owned(),
+        ));
+    }
     serde_json::from_slice(text)
         .map_err(|error| ApiError::Unprocessable(format!("Invalid request body: {error}")))
 }

@@ -68,6 +68,12 @@ fn message_from(value: &Value) -> Result<Message, ApiError> {
         .map_err(|e| ApiError::Unprocessable(format!("Invalid message: {e}")))
 }
 
+/// Whether a run request passes every check of its body (for the document's tests).
+#[cfg(test)]
+pub(crate) fn accepts(request: RunRequest) -> bool {
+    accept(request).is_ok()
+}
+
 fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
     for (name, value) in [
         ("webhook", &request.webhook),
@@ -438,7 +444,7 @@ pub async fn wait(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
-    /// Page size, default 10, at most 100.
+    /// Page size, default 10; a larger one reads as 100.
     #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     limit: Option<u32>,
     /// Runs to skip.
@@ -452,7 +458,7 @@ pub struct ListParams {
 /// `GET …/runs`: the thread's runs, newest first.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/runs", tag = "runs", params(ThreadPath, ListParams),
     responses(
-        (status = 200, description = "The thread's runs, newest first; none for an unknown thread", body = Vec<Run>),
+        (status = 200, description = "The thread's runs, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<Run>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
     ),
@@ -605,11 +611,12 @@ pub async fn join(
         ("cancel_on_disconnect" = Option<bool>, Query, description = "Cancel the run when this watcher goes (true/false or 1/0); default false"),
         ("namespace" = Option<String>, Query, description = "Accepted and ignored: a run has no subgraph namespaces"),
         ("checkpoint_id" = Option<String>, Query, description = "Accepted and ignored, as LangGraph servers do on a rejoin"),
-        ("Last-Event-ID" = Option<String>, Header, pattern = "^(-1|[0-9]+)$", description = "Resume after this frame id; -1 replays from the start; an id past the stream's end is 422"),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = "^(-1|[0-9]+)$", description = "Resume after this frame id; -1 replays from the start; an id past the stream's end is 409"),
     ),
     responses(
         (status = 200, description = "The run's frames after the cursor, then live ones until end", content_type = "text/event-stream", body = RunFrame),
         (status = 404, description = "No such run in a thread of the caller's", body = ErrorBody),
+        (status = 409, description = "Last-Event-ID is past the end of the run's stream", body = ErrorBody),
         (status = 422, description = "Invalid query, Last-Event-ID or thread id", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("runs:read"))))]

@@ -212,7 +212,7 @@ fn state_body(checkpoint: &Checkpoint) -> ThreadState {
 /// `GET …/state`: the latest checkpoint, or an empty state for a thread without one.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/state", tag = "threads", params(ThreadPath),
     responses(
-        (status = 200, description = "The latest state; an empty one for an unknown thread", body = ThreadState),
+        (status = 200, description = "The latest state; an empty one for an unknown or deleted thread (SPEC §13)", body = ThreadState),
         (status = 404, description = "Another user's thread", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("threads:read"))))]
@@ -249,11 +249,29 @@ pub async fn state(
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
-    /// Page size, default 10, at most 1000.
+    /// Page size, default 10; a larger one reads as 1000.
     #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     limit: Option<u32>,
     /// A checkpoint id to page before.
     before: Option<String>,
+}
+
+/// A history request's `before`: a checkpoint id, or a checkpoint config
+/// `{configurable: {checkpoint_id}}` or `{checkpoint_id}` as the SDKs send it (one without
+/// an id pages from the newest); anything else is 422.
+pub(crate) fn before_checkpoint(before: Option<&Value>) -> Result<Option<String>, ApiError> {
+    match before {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) => Ok(Some(id.clone())),
+        Some(config @ Value::Object(_)) => Ok(config
+            .pointer("/configurable/checkpoint_id")
+            .or_else(|| config.get("checkpoint_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)),
+        Some(other) => Err(ApiError::Unprocessable(format!(
+            "Invalid request body: before must be a checkpoint id or a checkpoint config object, got {other}"
+        ))),
+    }
 }
 
 /// The history of `thread`, as `authorize_thread` found it: none for an unowned id.
@@ -262,20 +280,12 @@ async fn history(
     thread: Option<ThreadRecord>,
     params: HistoryRequest,
 ) -> Result<Json<Vec<ThreadState>>, ApiError> {
+    let before = before_checkpoint(params.before.as_ref())?;
+    // The request is checked in full before an unowned id answers with nothing.
     let Some(thread) = thread else {
         return Ok(Json(Vec::new()));
     };
     let thread_id = thread.thread_id.as_str();
-    // `before` is a checkpoint id, or a checkpoint config {checkpoint_id} as the SDKs send it.
-    let before = match &params.before {
-        None | Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(config) => config
-            .pointer("/configurable/checkpoint_id")
-            .or_else(|| config.get("checkpoint_id"))
-            .and_then(Value::as_str)
-            .map(str::to_owned),
-    };
     let checkpoints = state
         .store
         .list_checkpoints(
@@ -291,7 +301,7 @@ async fn history(
 #[utoipa::path(post, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath),
     request_body(content = HistoryRequest, description = "Every field optional"),
     responses(
-        (status = 200, description = "Thread states, newest first; none for an unknown thread", body = Vec<ThreadState>),
+        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<ThreadState>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid body or thread id", body = ErrorBody),
     ),
@@ -310,7 +320,7 @@ pub async fn history_post(
 /// `GET …/history?limit=&before=`: ThreadStates, newest first.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath, HistoryQuery),
     responses(
-        (status = 200, description = "Thread states, newest first; none for an unknown thread", body = Vec<ThreadState>),
+        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<ThreadState>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
     ),

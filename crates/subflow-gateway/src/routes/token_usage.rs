@@ -28,7 +28,7 @@ pub struct UsageParams {
 /// The thread's usage over counted runs, with cost and context usage.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/token-usage", tag = "threads", params(ThreadPath, UsageParams),
     responses(
-        (status = 200, description = "Token usage, cost and context usage of the thread's counted runs", body = TokenUsage),
+        (status = 200, description = "Token usage, cost and context usage of the thread's counted runs; zeros for an unknown or deleted thread", body = TokenUsage),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
     ),

@@ -131,11 +131,9 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
     if text == "-1" {
         return Ok(None);
     }
-    if !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && let Ok(id) = text.parse::<u64>()
-    {
-        return Ok(Some(id));
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        // An id too large for u64 is well formed and past the end of every stream.
+        return Ok(Some(text.parse::<u64>().unwrap_or(u64::MAX)));
     }
     Err(ApiError::Unprocessable(format!(
         "Invalid Last-Event-ID header: expected a non-negative integer event id or -1, got '{}'",
@@ -147,8 +145,8 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
 /// cursor counts as past the end: the write-behind lags the hub by at most its linger.
 const CURSOR_CATCH_UP: Duration = Duration::from_secs(2);
 
-/// Refuses a cursor past the end of a run's stream (422): one no frame of the run ever
-/// had. A run executing here knows its last id at once; one executing elsewhere gets
+/// Refuses a cursor past the end of a run's stream (409, a conflict with the stream's
+/// state rather than a malformed header): one no frame of the run ever had. A run executing here knows its last id at once; one executing elsewhere gets
 /// [`CURSOR_CATCH_UP`] for the frames its watcher saw there to be stored.
 pub(crate) async fn check_cursor(
     streams: &Streams,
@@ -157,7 +155,7 @@ pub(crate) async fn check_cursor(
     cursor: u64,
 ) -> Result<(), ApiError> {
     let past_the_end = |last_id: u64| {
-        ApiError::Unprocessable(format!(
+        ApiError::Conflict(format!(
             "Invalid Last-Event-ID header: event id {cursor} is past the end of the run's stream (its last event id is {last_id})"
         ))
     };
@@ -607,7 +605,9 @@ mod tests {
             None,
             "-1 is from the start"
         );
-        for bad in ["abc", "-2", "- 1", "4.2", "", "99999999999999999999999"] {
+        headers.insert("last-event-id", "99999999999999999999999".parse().unwrap());
+        assert_eq!(last_event_id(&headers).unwrap(), Some(u64::MAX));
+        for bad in ["abc", "-2", "- 1", "4.2", ""] {
             headers.insert("last-event-id", bad.parse().unwrap());
             assert!(
                 matches!(last_event_id(&headers), Err(ApiError::Unprocessable(_))),
