@@ -664,6 +664,9 @@ async fn task_log_lines_carry_the_delegation_id_whatever_the_logging_settings() 
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other tests of this binary run on other threads with no subscriber; a callsite
+    // they reached first may have cached "never" before this one was set.
+    tracing::callsite::rebuild_interest_cache();
     let h = scripted_harness(json!([]), |_| {});
     h.run_spec("t1", "r1", "/task general-purpose Log it", |spec| {
         spec.delegation_trace = Some("0a1b2c3d".into())
