@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use serde_json::{Map, Value, json};
 use subflow_contracts::RunStatus;
 use subflow_contracts::messages::Message;
+use subflow_contracts::task_result::TokenUsage;
 use subflow_store::{ModelUsage, RunRecord, RunUsage};
 
 /// What `/token-usage` needs to know about a configured model.
@@ -117,6 +118,21 @@ pub fn run_costs(
         }
     }
     costs
+}
+
+/// The price of one task's cumulative usage at its model (SPEC §6.1, §7.4), as
+/// `{currency, total}`, or `None` when the model has no price. Task usage has no cache
+/// split, so every input token is priced as uncached.
+pub fn task_cost(usage: &TokenUsage, model: &str, models: &[ModelFacts]) -> Option<Value> {
+    let price = price_of(models, model)?;
+    let bucket = ModelUsage {
+        input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
+        output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+        total_tokens: i64::try_from(usage.total_tokens).unwrap_or(i64::MAX),
+        cache_read_tokens: None,
+    };
+    let total = round6(bucket_cost(&bucket, price));
+    Some(json!({"currency": price.currency.to_uppercase(), "total": total}))
 }
 
 /// The `cost` object over counted runs, or null when nothing is priced or currencies mix.

@@ -4,6 +4,7 @@ pub mod assistants;
 pub mod batches;
 pub mod events;
 pub mod runs;
+pub mod tasks;
 pub mod threads;
 pub mod token_usage;
 
