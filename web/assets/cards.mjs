@@ -323,6 +323,89 @@ export function tokenLabel(usage, status, tokenUsageEnabled) {
   return status === "in_progress" ? "Collecting tokens" : "No usage returned";
 }
 
+const price = (value) => (typeof value === "number" && Number.isFinite(value) ? value : 0);
+
+/** A `/api/models` entry's `pricing` as a card uses it, or null when unpriced (both prices ≤ 0). */
+function priceOfEntry(model) {
+  const pricing = isObject(model) && isObject(model.pricing) ? model.pricing : null;
+  if (pricing === null) return null;
+  const input = price(pricing.input_per_million);
+  const output = price(pricing.output_per_million);
+  if (input <= 0 && output <= 0) return null;
+  const currency = nonBlank(pricing.currency) ? pricing.currency.toUpperCase() : "USD";
+  return { currency, inputPerMillion: input, outputPerMillion: output };
+}
+
+/**
+ * The price of a model among `/api/models`' `models` (SPEC §7.4): by configured `name`, by
+ * provider `model`, then by their lowercase forms; null when none is priced.
+ */
+export function priceOf(modelName, models) {
+  if (typeof modelName !== "string" || !Array.isArray(models)) return null;
+  const lower = modelName.toLowerCase();
+  for (const model of models) {
+    if (!isObject(model)) continue;
+    const own = typeof model.name === "string" ? model.name : "";
+    const provider = typeof model.model === "string" ? model.model : "";
+    const named =
+      own === modelName || provider === modelName || own.toLowerCase() === lower || provider.toLowerCase() === lower;
+    if (named) {
+      const found = priceOfEntry(model);
+      if (found !== null) return found;
+    }
+  }
+  return null;
+}
+
+/** Whether any configured model has a price. */
+export function hasPrices(models) {
+  return Array.isArray(models) && models.some((model) => priceOfEntry(model) !== null);
+}
+
+/** What a usage costs at a price, rounded to 6 decimals; all input is priced as uncached. */
+export function usageCost(usage, unitPrice) {
+  const amount =
+    (usage.inputTokens / 1e6) * unitPrice.inputPerMillion + (usage.outputTokens / 1e6) * unitPrice.outputPerMillion;
+  return Math.round(amount * 1e6) / 1e6;
+}
+
+/** A card's cost `{amount, currency}`: its usage at its model's price, once both are known. */
+export function cardCost(usage, modelName, models) {
+  if (!isObject(usage)) return null;
+  const found = priceOf(modelName, models);
+  if (found === null) return null;
+  return { amount: usageCost(usage, found), currency: found.currency };
+}
+
+function groupDigits(count) {
+  return String(count).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
+/**
+ * An amount as people read it: "$" before US dollars, the code after other currencies;
+ * from 1 up two decimals with grouped digits, below 1 two significant digits. Written from
+ * whole micro-units with integer steps, exactly as the Rust port writes it.
+ */
+export function formatCost(amount, currency) {
+  const micros = typeof amount === "number" && Number.isFinite(amount) && amount > 0 ? Math.round(amount * 1e6) : 0;
+  const unit = 10 ** Math.max(0, String(micros).length - 2);
+  const rounded = micros < 1e6 ? Math.floor((micros + Math.floor(unit / 2)) / unit) * unit : micros;
+  let number;
+  if (rounded === 0) number = "0";
+  else if (rounded >= 1e6) {
+    const cents = Math.floor((rounded + 5000) / 10000);
+    number = `${groupDigits(Math.floor(cents / 100))}.${String(cents % 100).padStart(2, "0")}`;
+  } else number = `0.${String(rounded).padStart(6, "0").replace(/0+$/, "")}`;
+  const code = String(currency).toUpperCase();
+  return code === "USD" ? `$${number}` : `${number} ${code}`;
+}
+
+/** A card's cost label, or null until its usage and its model's price are known. */
+export function costLabel(usage, modelName, models) {
+  const cost = cardCost(usage, modelName, models);
+  return cost === null ? null : formatCost(cost.amount, cost.currency);
+}
+
 /** The model label: the configured `display_name`, else the raw name; null without a model. */
 export function modelLabel(modelName, models) {
   if (!nonBlank(modelName)) return null;

@@ -526,7 +526,11 @@ fn schemas() -> Value {
             "models": {"type": "array", "items": object(json!({
                 "name": string, "model": string, "display_name": nullable_string,
                 "description": nullable_string, "supports_thinking": {"type": "boolean"},
-                "supports_reasoning_effort": {"type": "boolean"}}), &["name", "model"])},
+                "supports_reasoning_effort": {"type": "boolean"},
+                "pricing": {"type": ["object", "null"], "description": "models[].pricing per million tokens (SPEC §7.4); null when unpriced",
+                    "properties": {"currency": string, "input_per_million": {"type": "number"},
+                    "output_per_million": {"type": "number"}, "input_cache_hit_per_million": {"type": ["number", "null"]}}}}),
+                &["name", "model"])},
             "token_usage": object(json!({"enabled": {"type": "boolean"}}), &["enabled"])}), &["models", "token_usage"]),
         "Features": object(json!({"subagent_batches": object(json!({
             "enabled": {"type": "boolean", "description": "An alias of worker_running"},
@@ -653,9 +657,16 @@ fn schemas() -> Value {
             "by_caller": object(json!({"lead_agent": tokens, "subagent": tokens, "middleware": tokens}), &["lead_agent", "subagent", "middleware"]),
             "context_usage": {"type": ["object", "null"], "properties": {"token_count": tokens,
                 "max_context_tokens": {"type": ["integer", "null"]}, "percentage": {"type": ["number", "null"]}}},
-            "cost": {"type": ["object", "null"], "properties": {"currency": string, "total": {"type": "number"},
-                "by_model": {"type": "object", "additionalProperties": {"type": "number"}}}}}),
-            &["thread_id", "total_tokens", "total_input_tokens", "total_output_tokens", "total_runs", "by_model", "by_caller"]),
+            "cost": schema_ref("Cost"),
+            "stopped_runs": {"description": "Runs that ended interrupted or timeout: never counted above, but their tokens were spent",
+                "type": "object", "properties": {"runs": tokens, "total_tokens": tokens, "total_input_tokens": tokens,
+                "total_output_tokens": tokens,
+                "by_caller": object(json!({"lead_agent": tokens, "subagent": tokens, "middleware": tokens}), &["lead_agent", "subagent", "middleware"]),
+                "cost": schema_ref("Cost")},
+                "required": ["runs", "total_tokens", "total_input_tokens", "total_output_tokens", "by_caller", "cost"]}}),
+            &["thread_id", "total_tokens", "total_input_tokens", "total_output_tokens", "total_runs", "by_model", "by_caller", "stopped_runs"]),
+        "Cost": {"type": ["object", "null"], "properties": {"currency": string, "total": {"type": "number"},
+            "by_model": {"type": "object", "additionalProperties": {"type": "number"}}}},
     })
 }
 

@@ -245,3 +245,49 @@ async fn a_stopped_run_keeps_the_usage_and_steps_of_its_cancelled_tasks() {
     }
     assert!(statuses.contains_key("cancelled"), "{statuses:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn token_usage_shows_what_stopped_runs_spent_beside_the_counted_totals() {
+    let app = spawn_app_with(Options {
+        delay_ms: 150,
+        ..Options::default()
+    })
+    .await;
+    let run = stopped_demo_run(&app, "t-spent").await;
+    let (_, _, record) = app
+        .get_json(&format!("/api/threads/t-spent/runs/{run}"))
+        .await;
+    let spent = record["total_tokens"].as_i64().unwrap();
+    assert!(spent > 0, "the stopped run spent tokens: {record}");
+    let (status, _, usage) = app.get_json("/api/threads/t-spent/token-usage").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        (usage["total_runs"].as_i64(), usage["total_tokens"].as_i64()),
+        (Some(0), Some(0)),
+        "the reference rule stays"
+    );
+    let stopped = &usage["stopped_runs"];
+    assert_eq!(stopped["runs"], 1);
+    assert_eq!(stopped["total_tokens"], spent);
+    assert_eq!(stopped["total_input_tokens"], record["total_input_tokens"]);
+    assert_eq!(
+        stopped["total_output_tokens"],
+        record["total_output_tokens"]
+    );
+    assert_eq!(
+        stopped["by_caller"],
+        json!({"lead_agent": record["lead_agent_tokens"], "subagent": record["subagent_tokens"], "middleware": record["middleware_tokens"]})
+    );
+    assert_eq!(stopped["cost"]["currency"], "USD");
+    assert!(stopped["cost"]["total"].as_f64().unwrap() > 0.0);
+
+    // A later run that succeeds is counted; the stopped one stays beside it.
+    app.stream_run(
+        "t-spent",
+        json!({"input": {"messages": [{"role": "user", "content": "/echo done"}]}}),
+    )
+    .await;
+    let (_, _, usage) = app.get_json("/api/threads/t-spent/token-usage").await;
+    assert_eq!(usage["total_runs"], 1);
+    assert_eq!(usage["stopped_runs"]["total_tokens"], spent);
+}

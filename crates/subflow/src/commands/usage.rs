@@ -1,11 +1,12 @@
 //! `subflow usage THREAD [--json]` (SPEC §15.2): a thread's token usage and cost from
 //! `GET /api/threads/{id}/token-usage` — totals, `by_caller`, `by_model` with a cost
-//! column, the cost total and currency, and the context usage. `--json` prints the
-//! response unchanged.
+//! column, the cost total and currency, what stopped runs spent beside them, and the
+//! context usage. `--json` prints the response unchanged.
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
+use subflow_contracts::task_card::format_cost;
 
 use super::client::{Client, ClientArgs, encode};
 
@@ -55,6 +56,31 @@ fn money(amount: &Value) -> String {
     amount
         .as_f64()
         .map_or_else(|| "—".to_owned(), |amount| format!("{amount:.6}"))
+}
+
+/// What stopped runs spent, which the totals leave out (SPEC §7.3), e.g.
+/// `+ 1,993 tokens, $0.004 in 1 stopped run`; `None` when no run stopped.
+pub(crate) fn stopped_line(stopped: &Value) -> Option<String> {
+    let runs = stopped
+        .get("runs")
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0)?;
+    let cost = stopped
+        .get("cost")
+        .filter(|c| c.is_object())
+        .and_then(|cost| {
+            let amount = cost.get("total")?.as_f64()?;
+            Some(format!(
+                ", {}",
+                format_cost(amount, cost.get("currency")?.as_str()?)
+            ))
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "+ {} tokens{cost} in {runs} stopped {}",
+        count(&stopped["total_tokens"]),
+        if runs == 1 { "run" } else { "runs" }
+    ))
 }
 
 /// The human-readable report of a `/token-usage` response.
@@ -134,6 +160,9 @@ fn report(usage: &Value) -> String {
             );
         }
     }
+    if let Some(line) = stopped_line(&usage["stopped_runs"]) {
+        let _ = writeln!(out, "{line}");
+    }
     match usage.get("context_usage").filter(|c| c.is_object()) {
         Some(context) => {
             let tokens = count(&context["token_count"]);
@@ -198,5 +227,23 @@ Context   5,400 of 128,000 tokens (4.2%)
         );
         assert!(text.contains("Cost      — (no prices configured, or mixed currencies)\n"));
         assert!(text.contains("Context   530 tokens (no context window configured)\n"));
+        assert!(!text.contains("stopped"), "no run stopped: {text}");
+    }
+
+    #[test]
+    fn stopped_runs_are_shown_beside_the_totals() {
+        let stopped = json!({"runs": 1, "total_tokens": 1993, "total_input_tokens": 1500, "total_output_tokens": 493,
+            "by_caller": {"lead_agent": 600, "subagent": 1393, "middleware": 0}, "cost": {"currency": "USD", "total": 0.003986, "by_model": {}}});
+        assert_eq!(
+            stopped_line(&stopped).as_deref(),
+            Some("+ 1,993 tokens, $0.004 in 1 stopped run")
+        );
+        let unpriced = json!({"runs": 2, "total_tokens": 12, "cost": null});
+        assert_eq!(
+            stopped_line(&unpriced).as_deref(),
+            Some("+ 12 tokens in 2 stopped runs")
+        );
+        assert_eq!(stopped_line(&json!({"runs": 0, "total_tokens": 0})), None);
+        assert_eq!(stopped_line(&Value::Null), None);
     }
 }

@@ -237,6 +237,34 @@ fn tail_of_a_stopped_run_ends_its_unanswered_cards_failed_and_exits_130() {
     for card in last.values() {
         assert_eq!(card["status"], "failed", "{card}");
     }
+
+    // The stopped run's tokens are not counted, but `usage` shows them beside the totals.
+    let record: Value = serde_json::from_str(&http::blocking_get(
+        &address,
+        &format!("/api/threads/stopped/runs/{run}"),
+    ))
+    .unwrap();
+    let spent = record["total_tokens"].as_u64().unwrap();
+    let table = client(&address, &["usage", "stopped"]);
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert!(
+        text.starts_with("Thread stopped: 0 counted runs\n"),
+        "{text}"
+    );
+    let tokens = spent.to_string();
+    let grouped = if spent >= 1000 {
+        format!(
+            "{},{}",
+            &tokens[..tokens.len() - 3],
+            &tokens[tokens.len() - 3..]
+        )
+    } else {
+        tokens
+    };
+    assert!(
+        text.contains(&format!("\n+ {grouped} tokens in 1 stopped run\n")),
+        "{text}"
+    );
 }
 
 /// A TCP proxy whose connections can be cut, and which answers the first resuming

@@ -6,6 +6,8 @@
 //! here (camelCase, every card key present) are the ones that table compares. Inputs
 //! are untrusted JSON, so every reader tolerates any shape.
 
+mod cost;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -15,6 +17,8 @@ use crate::status::SubagentStopReason;
 use crate::task_events::flatten_content as flatten_optional;
 use crate::task_result::{CardState, TokenUsage, non_negative_integer, read_task_status};
 use crate::text::js_trim;
+
+pub use cost::{Cost, Price, card_cost, cost_label, format_cost, has_prices, price_of, usage_cost};
 
 /// Records per backfill page.
 pub const BACKFILL_LIMIT: usize = 500;
