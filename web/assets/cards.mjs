@@ -9,8 +9,11 @@
 //   Usage  {inputTokens, outputTokens, totalTokens}
 //   Step   {messageIndex, kind: "ai"|"tool", text, truncated,
 //           toolCalls: [{name, args, argsTruncated}], toolName}
+//   Brief  {kind: "ai"|"tool", text, toolName}: a step as a task summary gives it
+//   Summary {stepCount, latestStep: Brief|null, resultStep: Brief|null}: from `/tasks`
 //   Card   {id, subagentType, description, prompt, status: "in_progress"|"completed"|"failed",
-//           toolMessage, result, error, stopReason, modelName, usage, latestMessage, steps}
+//           toolMessage, result, error, stopReason, modelName, usage, latestMessage, steps,
+//           summary: Summary|null}
 //   Update a Card without `id`, every key optional: a shallow overlay.
 
 /** `valid_status_values` of contracts/subagent_status_contract.json. */
@@ -48,6 +51,7 @@ const UPDATE_KEYS = Object.freeze([
   "usage",
   "latestMessage",
   "steps",
+  "summary",
 ]);
 
 const STOP_REASON_LABELS = Object.freeze({
@@ -172,6 +176,7 @@ export function newCard(id) {
     usage: null,
     latestMessage: null,
     steps: [],
+    summary: null,
   };
 }
 
@@ -310,6 +315,73 @@ export function displaySteps(steps, status) {
   return visible;
 }
 
+/** A `/tasks` step `{kind, text, tool_name}` as a Brief, or null. */
+function readBrief(value) {
+  if (!isObject(value)) return null;
+  return {
+    kind: value.kind === "tool" ? "tool" : "ai",
+    text: typeof value.text === "string" ? value.text : "",
+    toolName: typeof value.tool_name === "string" ? value.tool_name : null,
+  };
+}
+
+/**
+ * The update a task summary of `GET …/runs/{run_id}/tasks` gives (SPEC §6.1): what the
+ * card shows before its steps are loaded — type, description, model, usage, stop reason,
+ * error or brief, and the summary's step count and latest step. Status still comes from
+ * the ToolMessage (or the pending rule).
+ */
+export function summaryUpdate(summary) {
+  if (!isObject(summary)) return null;
+  const update = {};
+  if (typeof summary.subagent_type === "string") update.subagentType = summary.subagent_type;
+  if (typeof summary.description === "string") update.description = summary.description;
+  if (nonBlank(summary.model_name)) update.modelName = summary.model_name.trim();
+  const usage = readUsage(summary.usage);
+  if (usage !== null) update.usage = usage;
+  if (SUBAGENT_STOP_REASONS.includes(summary.stop_reason)) update.stopReason = summary.stop_reason;
+  if (nonBlank(summary.result_brief)) update.result = summary.result_brief.trim();
+  if (nonBlank(summary.error)) update.error = summary.error;
+  if (isCount(summary.step_count)) {
+    update.summary = {
+      stepCount: summary.step_count,
+      latestStep: readBrief(summary.latest_step),
+      resultStep: readBrief(summary.result_step),
+    };
+  }
+  return update;
+}
+
+/** A step as a Brief. */
+function briefOf(step) {
+  return { kind: step.kind, text: step.text, toolName: step.toolName };
+}
+
+/**
+ * How many steps the card lists and the last of them: from its steps once any are known,
+ * else from its task summary, whose count leaves out a completed task's answer — which a
+ * card not shown completed lists. So the count always equals what the expanded card lists.
+ */
+export function listedSteps(card, status) {
+  if (card.steps.length > 0 || !isObject(card.summary)) {
+    const listed = displaySteps(card.steps, status);
+    const last = listed[listed.length - 1];
+    return { count: listed.length, latest: last === undefined ? null : briefOf(last) };
+  }
+  const { stepCount, latestStep, resultStep } = card.summary;
+  if (status !== "completed" && resultStep !== null) return { count: stepCount + 1, latest: resultStep };
+  return { count: stepCount, latest: latestStep };
+}
+
+/** A step in one line: a tool step as "tool: first line", an AI step as its first line. */
+export function stepLine(step) {
+  if (!isObject(step)) return null;
+  const first = (typeof step.text === "string" ? step.text.trim() : "").split("\n")[0].trim();
+  if (step.kind !== "tool") return first === "" ? null : first;
+  const name = nonBlank(step.toolName) ? step.toolName : "tool";
+  return first === "" ? name : `${name}: ${first}`;
+}
+
 /** A token count: grouped digits below 10,000, else thousands with one decimal and "K". */
 export function formatTokenCount(count) {
   if (count < 10000) return count.toLocaleString("en-US");
@@ -441,6 +513,7 @@ export function stopReasonLabel(reason) {
 /** Everything a card shows, from the card, whether its turn is loading, and `/api/models`. */
 export function cardView(card, { turnLoading, tokenUsageEnabled, models }) {
   const status = displayStatus(card, turnLoading);
+  const listed = listedSteps(card, status);
   return {
     id: card.id,
     status,
@@ -452,7 +525,9 @@ export function cardView(card, { turnLoading, tokenUsageEnabled, models }) {
     stopReason: stopReasonLabel(card.stopReason),
     result: status === "completed" ? card.result : null,
     error: status === "failed" ? card.error : null,
-    stepCount: card.steps.length,
+    costLabel: tokenUsageEnabled === true ? costLabel(card.usage, card.modelName, models) : null,
+    stepCount: listed.count,
+    latestStep: stepLine(listed.latest),
     steps: displaySteps(card.steps, status),
   };
 }

@@ -83,6 +83,14 @@ fn call(function: &str, args: &[Value]) -> Value {
             args.get(2)
                 .map_or(task_card::BACKFILL_LIMIT, |_| arg(args, 2)),
         )),
+        "summaryUpdate" => to(&task_card::summary_update(&args[0])),
+        "listedSteps" => to(&task_card::listed_steps(
+            &arg::<Card>(args, 0),
+            arg(args, 1),
+        )),
+        "stepLine" => to(&task_card::step_line(
+            arg::<Option<task_card::Brief>>(args, 0).as_ref(),
+        )),
         "priceOf" => to(&task_card::price_of(text(args, 0), &args[1])),
         "hasPrices" => to(&task_card::has_prices(&args[0])),
         "usageCost" => to(&task_card::usage_cost(
@@ -194,6 +202,9 @@ fn the_table_covers_every_rule_of_the_port() {
         "backfillPath",
         "backfillSteps",
         "backfillNext",
+        "summaryUpdate",
+        "listedSteps",
+        "stepLine",
         "priceOf",
         "hasPrices",
         "usageCost",
