@@ -472,6 +472,21 @@ export function formatCost(amount, currency) {
   return code === "USD" ? `$${number}` : `${number} ${code}`;
 }
 
+/**
+ * What stopped runs spent (`/token-usage`'s `stopped_runs`, SPEC §7.3), which the totals
+ * leave out: "+ 1,993 tokens, $0.004 in 1 stopped run"; null when no run stopped.
+ */
+export function stoppedRunsLine(stopped) {
+  if (!isObject(stopped) || !isCount(stopped.runs) || stopped.runs === 0) return null;
+  const tokens = isCount(stopped.total_tokens) ? stopped.total_tokens : 0;
+  const cost = isObject(stopped.cost) ? stopped.cost : null;
+  const money =
+    cost !== null && typeof cost.total === "number" && typeof cost.currency === "string"
+      ? `, ${formatCost(cost.total, cost.currency)}`
+      : "";
+  return `+ ${groupDigits(tokens)} tokens${money} in ${stopped.runs} stopped ${stopped.runs === 1 ? "run" : "runs"}`;
+}
+
 /** A card's cost label, or null until its usage and its model's price are known. */
 export function costLabel(usage, modelName, models) {
   const cost = cardCost(usage, modelName, models);

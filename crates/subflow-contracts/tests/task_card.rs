@@ -91,6 +91,7 @@ fn call(function: &str, args: &[Value]) -> Value {
         "stepLine" => to(&task_card::step_line(
             arg::<Option<task_card::Brief>>(args, 0).as_ref(),
         )),
+        "stoppedRunsLine" => to(&task_card::stopped_runs_line(&args[0])),
         "priceOf" => to(&task_card::price_of(text(args, 0), &args[1])),
         "hasPrices" => to(&task_card::has_prices(&args[0])),
         "usageCost" => to(&task_card::usage_cost(
@@ -205,6 +206,7 @@ fn the_table_covers_every_rule_of_the_port() {
         "summaryUpdate",
         "listedSteps",
         "stepLine",
+        "stoppedRunsLine",
         "priceOf",
         "hasPrices",
         "usageCost",

@@ -627,7 +627,7 @@ fn schemas() -> Value {
             "error": nullable_string, "total_input_tokens": tokens, "total_output_tokens": tokens,
             "total_tokens": tokens, "llm_call_count": tokens, "lead_agent_tokens": tokens,
             "subagent_tokens": tokens, "middleware_tokens": tokens, "message_count": tokens,
-            "token_usage_by_model": free}), &["run_id", "thread_id", "assistant_id", "status", "created_at", "updated_at"]),
+            "token_usage_by_model": free, "cost": schema_ref("Cost")}), &["run_id", "thread_id", "assistant_id", "status", "created_at", "updated_at"]),
         "RunList": array_of("Run"),
         "RunEvent": {"$comment": "contracts/run_event_stream_contract.json describes each event type in full",
             "type": "object", "properties": {"event_id": string, "thread_id": string, "run_id": string,

@@ -162,3 +162,31 @@ pub fn cost_label(
 ) -> Option<String> {
     card_cost(usage, model_name, models).map(|cost| format_cost(cost.amount, &cost.currency))
 }
+
+/// What stopped runs spent (`/token-usage`'s `stopped_runs`, SPEC §7.3), which the totals
+/// leave out: `+ 1,993 tokens, $0.004 in 1 stopped run`; `None` when no run stopped.
+pub fn stopped_runs_line(stopped: &Value) -> Option<String> {
+    let runs = stopped
+        .get("runs")
+        .and_then(crate::task_result::non_negative_integer)
+        .filter(|runs| *runs > 0)?;
+    let tokens = stopped
+        .get("total_tokens")
+        .and_then(crate::task_result::non_negative_integer)
+        .unwrap_or(0);
+    let cost = stopped.get("cost").filter(|c| c.is_object());
+    let money = cost
+        .and_then(|cost| {
+            let amount = cost.get("total")?.as_f64()?;
+            Some(format!(
+                ", {}",
+                format_cost(amount, cost.get("currency")?.as_str()?)
+            ))
+        })
+        .unwrap_or_default();
+    let noun = if runs == 1 { "run" } else { "runs" };
+    Some(format!(
+        "+ {} tokens{money} in {runs} stopped {noun}",
+        grouped(tokens)
+    ))
+}

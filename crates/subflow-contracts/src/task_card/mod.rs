@@ -21,7 +21,10 @@ use crate::task_result::{CardState, TokenUsage, non_negative_integer, read_task_
 use crate::text::js_trim;
 
 pub use backfill::{BackfillNext, backfill_next, backfill_path, backfill_steps, should_backfill};
-pub use cost::{Cost, Price, card_cost, cost_label, format_cost, has_prices, price_of, usage_cost};
+pub use cost::{
+    Cost, Price, card_cost, cost_label, format_cost, has_prices, price_of, stopped_runs_line,
+    usage_cost,
+};
 pub use summary::{Brief, CardSummary, Listed, listed_steps, step_line, summary_update};
 
 /// Records per backfill page.

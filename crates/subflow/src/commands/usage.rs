@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use serde_json::Value;
-use subflow_contracts::task_card::format_cost;
+use subflow_contracts::task_card::stopped_runs_line;
 
 use super::client::{Client, ClientArgs, encode};
 
@@ -56,31 +56,6 @@ fn money(amount: &Value) -> String {
     amount
         .as_f64()
         .map_or_else(|| "—".to_owned(), |amount| format!("{amount:.6}"))
-}
-
-/// What stopped runs spent, which the totals leave out (SPEC §7.3), e.g.
-/// `+ 1,993 tokens, $0.004 in 1 stopped run`; `None` when no run stopped.
-pub(crate) fn stopped_line(stopped: &Value) -> Option<String> {
-    let runs = stopped
-        .get("runs")
-        .and_then(Value::as_u64)
-        .filter(|n| *n > 0)?;
-    let cost = stopped
-        .get("cost")
-        .filter(|c| c.is_object())
-        .and_then(|cost| {
-            let amount = cost.get("total")?.as_f64()?;
-            Some(format!(
-                ", {}",
-                format_cost(amount, cost.get("currency")?.as_str()?)
-            ))
-        })
-        .unwrap_or_default();
-    Some(format!(
-        "+ {} tokens{cost} in {runs} stopped {}",
-        count(&stopped["total_tokens"]),
-        if runs == 1 { "run" } else { "runs" }
-    ))
 }
 
 /// The human-readable report of a `/token-usage` response.
@@ -160,7 +135,7 @@ fn report(usage: &Value) -> String {
             );
         }
     }
-    if let Some(line) = stopped_line(&usage["stopped_runs"]) {
+    if let Some(line) = stopped_runs_line(&usage["stopped_runs"]) {
         let _ = writeln!(out, "{line}");
     }
     match usage.get("context_usage").filter(|c| c.is_object()) {
@@ -235,15 +210,18 @@ Context   5,400 of 128,000 tokens (4.2%)
         let stopped = json!({"runs": 1, "total_tokens": 1993, "total_input_tokens": 1500, "total_output_tokens": 493,
             "by_caller": {"lead_agent": 600, "subagent": 1393, "middleware": 0}, "cost": {"currency": "USD", "total": 0.003986, "by_model": {}}});
         assert_eq!(
-            stopped_line(&stopped).as_deref(),
+            stopped_runs_line(&stopped).as_deref(),
             Some("+ 1,993 tokens, $0.004 in 1 stopped run")
         );
         let unpriced = json!({"runs": 2, "total_tokens": 12, "cost": null});
         assert_eq!(
-            stopped_line(&unpriced).as_deref(),
+            stopped_runs_line(&unpriced).as_deref(),
             Some("+ 12 tokens in 2 stopped runs")
         );
-        assert_eq!(stopped_line(&json!({"runs": 0, "total_tokens": 0})), None);
-        assert_eq!(stopped_line(&Value::Null), None);
+        assert_eq!(
+            stopped_runs_line(&json!({"runs": 0, "total_tokens": 0})),
+            None
+        );
+        assert_eq!(stopped_runs_line(&Value::Null), None);
     }
 }
