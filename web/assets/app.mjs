@@ -34,6 +34,11 @@ const STOP_GRACE_MS = 15000;
 /** Messages closer than this to the bottom count as read to the end. */
 const BOTTOM_SLACK_PX = 80;
 
+/** New messages, and cards that grow, come into view unless the reader scrolled up. */
+function followBottom() {
+  if (state.stickToBottom) els.messages.scrollTop = els.messages.scrollHeight;
+}
+
 function showError(error) {
   state.runError = error instanceof Error ? error.message : String(error);
   renderMessages();
@@ -137,8 +142,7 @@ function renderMessages() {
   container.replaceChildren();
   append(container, nodes);
   if (focused !== null && focused.isConnected) focused.focus({ preventScroll: true });
-  // New messages come into view unless the reader scrolled up to read earlier ones.
-  if (state.stickToBottom) container.scrollTop = container.scrollHeight;
+  followBottom();
   publishAfterRender();
   renderUsage();
 }
@@ -602,9 +606,11 @@ function modelSentence() {
 /** The composer's placeholder names the model, and a picker appears when there are several. */
 function renderModels() {
   const models = state.models.filter((m) => typeof m?.name === "string");
-  els.model.replaceChildren(
-    ...models.map((m) => h("option", { value: m.name }, modelLabel(m.name, state.models))),
-  );
+  const picked = els.model.value;
+  if (els.model.options.length !== models.length) {
+    els.model.replaceChildren(...models.map((m) => h("option", { value: m.name }, modelLabel(m.name, state.models))));
+    if (models.some((m) => m.name === picked)) els.model.value = picked;
+  }
   els.model.hidden = models.length < 2;
   els.model.closest("label")?.toggleAttribute("hidden", models.length < 2);
   const name = pickedModelName();
@@ -640,6 +646,10 @@ els.model.addEventListener("change", () => {
   renderModels();
   renderMessages();
 });
+// Cards change in place (steps, summaries), outside renderMessages: follow them too.
+new MutationObserver(followBottom).observe(els.messages, { childList: true, subtree: true, characterData: true });
+// ...and the list itself shrinking when the footer or the run view takes room.
+new ResizeObserver(followBottom).observe(els.messages);
 els.messages.addEventListener("scroll", () => {
   const container = els.messages;
   state.stickToBottom = container.scrollHeight - container.scrollTop - container.clientHeight < BOTTOM_SLACK_PX;

@@ -37,6 +37,13 @@ export function relativeDate(then, now) {
 /** The thread list items matching `filter` (case-insensitive, on title and id), each with when it last changed. */
 export function threadItems(threads, { filter, current, onOpen, now = Date.now() }) {
   const wanted = filter.trim().toLowerCase();
+  // Threads that share a title also show the start of their id, so they can be told apart.
+  const titles = new Map();
+  for (const thread of threads) titles.set(threadTitle(thread), (titles.get(threadTitle(thread)) ?? 0) + 1);
+  const when = (thread) => {
+    const date = relativeDate(parseTime(thread.updated_at ?? thread.created_at), now);
+    return titles.get(threadTitle(thread)) > 1 ? `${date} · ${thread.thread_id.slice(0, 8)}` : date;
+  };
   return threads
     .filter(
       (t) => wanted === "" || threadTitle(t).toLowerCase().includes(wanted) || t.thread_id.toLowerCase().includes(wanted),
@@ -58,7 +65,7 @@ export function threadItems(threads, { filter, current, onOpen, now = Date.now()
           h(
             "time",
             { class: "thread-date", datetime: thread.updated_at ?? thread.created_at ?? null },
-            relativeDate(parseTime(thread.updated_at ?? thread.created_at), now),
+            when(thread),
           ),
           thread.status === "busy" ? h("span", { class: "badge" }, "running") : null,
         ),

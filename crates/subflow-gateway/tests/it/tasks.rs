@@ -210,6 +210,9 @@ async fn a_stopped_run_keeps_the_usage_and_steps_of_its_cancelled_tasks() {
         .get_json(&format!("/api/threads/t-stop/runs/{run}"))
         .await;
     assert_eq!(record["status"], "interrupted");
+    // A run object carries its own cost, whatever its status.
+    assert_eq!(record["cost"]["currency"], "USD");
+    assert!(record["cost"]["total"].as_f64().unwrap() > 0.0);
     let (status, _, tasks) = app
         .get_json(&format!("/api/threads/t-stop/runs/{run}/tasks"))
         .await;
