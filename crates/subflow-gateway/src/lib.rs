@@ -218,6 +218,10 @@ pub fn router(state: AppState) -> Router {
             get(routes::events::list),
         )
         .route(
+            "/api/threads/{thread_id}/runs/{run_id}/tasks",
+            get(routes::tasks::list),
+        )
+        .route(
             "/api/threads/{thread_id}/runs/{run_id}/stream",
             get(routes::runs::rejoin),
         )

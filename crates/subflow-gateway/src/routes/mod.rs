@@ -4,6 +4,7 @@ pub mod assistants;
 pub mod batches;
 pub mod events;
 pub mod runs;
+pub mod tasks;
 pub mod threads;
 pub mod token_usage;
 
@@ -26,9 +27,29 @@ pub async fn health() -> Json<Value> {
     Json(json!({"status": "ok"}))
 }
 
-/// `GET /api/models` (SPEC §7.5).
+/// `GET /api/models` (SPEC §7.5), each model with its `pricing` (additive: clients price
+/// live usage, such as a running task card's, at the rates `/token-usage` uses).
 pub async fn models(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({"models": state.models, "token_usage": {"enabled": state.token_usage_enabled}}))
+    let models: Vec<Value> = state
+        .models
+        .iter()
+        .map(|listing| {
+            let mut model = json!(listing);
+            let pricing = state
+                .model_facts
+                .iter()
+                .find(|facts| facts.name == listing.name)
+                .and_then(|facts| facts.pricing.as_ref())
+                .map(|price| {
+                    json!({"currency": price.currency.to_uppercase(), "input_per_million": price.input_per_million,
+                           "output_per_million": price.output_per_million,
+                           "input_cache_hit_per_million": price.input_cache_hit_per_million})
+                });
+            model["pricing"] = pricing.unwrap_or(Value::Null);
+            model
+        })
+        .collect();
+    Json(json!({"models": models, "token_usage": {"enabled": state.token_usage_enabled}}))
 }
 
 /// `GET /api/info`: what LangGraph servers answer — the version and the flags of what

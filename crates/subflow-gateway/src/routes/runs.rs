@@ -24,6 +24,7 @@ use crate::stream::{
     follow::{Follow, OnDisconnect, RejoinParams, check_cursor, last_event_id, sse_response},
 };
 use crate::trace::RequestTrace;
+use crate::usage::ModelFacts;
 use crate::{ApiError, AppState};
 
 const STREAM_MODES: [&str; 4] = ["values", "messages-tuple", "updates", "custom"];
@@ -259,8 +260,9 @@ fn stamp_trace_id(accepted: &mut Accepted, trace_id: &str) {
     }
 }
 
-/// The Run object (SPEC §2.3) with the additive fields.
-fn run_json(run: &RunRecord) -> Value {
+/// The Run object (SPEC §2.3) with the additive fields, `cost` (SPEC §7.4, the run's
+/// own, whatever its status) among them.
+fn run_json(run: &RunRecord, models: &[ModelFacts]) -> Value {
     let usage = &run.usage;
     json!({
         "run_id": run.run_id, "thread_id": run.thread_id, "assistant_id": run.assistant_id,
@@ -272,6 +274,7 @@ fn run_json(run: &RunRecord) -> Value {
         "lead_agent_tokens": usage.lead_agent_tokens, "subagent_tokens": usage.subagent_tokens,
         "middleware_tokens": usage.middleware_tokens, "message_count": usage.message_count,
         "token_usage_by_model": usage.token_usage_by_model,
+        "cost": crate::usage::cost(&[run], models),
     })
 }
 
@@ -463,7 +466,7 @@ pub async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let Started { run, .. } = start(&state, &caller, &thread_id, trace, &body).await?;
-    Ok(Json(run_json(&run)).into_response())
+    Ok(Json(run_json(&run, &state.model_facts)).into_response())
 }
 
 /// `POST …/runs/wait`: the final state values.
@@ -526,7 +529,11 @@ pub async fn list(
             params.offset.unwrap_or(0),
         )
         .await?;
-    Ok(Json(runs.iter().map(run_json).collect()))
+    Ok(Json(
+        runs.iter()
+            .map(|run| run_json(run, &state.model_facts))
+            .collect(),
+    ))
 }
 
 /// `GET …/runs/{run_id}`.
@@ -546,7 +553,7 @@ pub async fn get(
         .get_run(&thread_id, &run_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))?;
-    Ok(Json(run_json(&run)))
+    Ok(Json(run_json(&run, &state.model_facts)))
 }
 
 #[derive(Debug, Deserialize)]

@@ -20,6 +20,7 @@ mod langgraph;
 mod lifecycle;
 mod metrics;
 mod resume;
+mod tasks;
 
 /// A gateway on a free loopback port.
 #[allow(missing_debug_implementations)]

@@ -96,6 +96,10 @@ async fn a_turn_cap_with_partial_text_completes_capped_and_without_text_fails() 
         tool.content,
         json!("Task Succeeded (capped: turn budget). Result: partial findings")
     );
+    // The persisted records keep what the live events do not carry, for `/tasks`.
+    let summary = &with_text.store.task_summaries("t1", "r1").await.unwrap()[0];
+    assert_eq!(summary.stop_reason.as_deref(), Some("turn_capped"));
+    assert_eq!(summary.subagent_type.as_deref(), Some("general-purpose"));
 
     let without_text = scripted_harness(
         json!([subagent(
