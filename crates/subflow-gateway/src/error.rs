@@ -17,6 +17,9 @@ pub enum ApiError {
     /// 404.
     #[error("{0}")]
     NotFound(String),
+    /// 405: the route exists, but not for this method.
+    #[error("Method Not Allowed")]
+    MethodNotAllowed,
     /// 409.
     #[error("{0}")]
     Conflict(String),
@@ -37,6 +40,7 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,

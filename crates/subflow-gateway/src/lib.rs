@@ -14,6 +14,7 @@
 mod app;
 pub mod auth;
 mod error;
+mod extract;
 mod metrics;
 mod openapi;
 mod origin;
@@ -253,6 +254,8 @@ pub fn router(state: AppState) -> Router {
             "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl",
             get(routes::batches::results),
         )
+        // After every route: it applies to the routes registered before it.
+        .method_not_allowed_fallback(extract::method_not_allowed)
         .fallback(web::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(

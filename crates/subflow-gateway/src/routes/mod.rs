@@ -3,6 +3,7 @@
 pub mod assistants;
 pub mod batches;
 pub mod events;
+pub mod paging;
 pub mod runs;
 pub mod threads;
 pub mod token_usage;
