@@ -19,6 +19,7 @@ mod metrics;
 mod openapi;
 mod origin;
 mod routes;
+pub mod server;
 mod sse;
 pub mod stream;
 mod trace;
@@ -106,6 +107,8 @@ pub struct AppState {
     pub streams: stream::Streams,
     /// Durable batches: configured or not, and whether a worker runs (SPEC §12.11).
     pub batches: BatchFeatures,
+    /// `server.*_timeout_seconds`: how long a connection may wait for its client.
+    pub connections: server::ConnectionTimeouts,
 }
 
 /// The runs executing in this process: their cancel tokens and a signal when they end.
@@ -285,7 +288,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let _upkeep = stream::upkeep::start(&state).await;
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let timeouts = state.connections;
+    server::run(listener, router(state), timeouts, shutdown).await
 }

@@ -66,6 +66,11 @@ pub fn parse_body<T: DeserializeOwned>(
             )));
         }
         Err(rejection) => {
+            if let Some(timeout) = crate::server::timed_out(rejection) {
+                return Err(ApiError::Timeout(format!(
+                    "Request body timed out: {timeout}"
+                )));
+            }
             return Err(ApiError::Unprocessable(format!(
                 "Invalid request body: {rejection}"
             )));

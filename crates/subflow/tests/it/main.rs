@@ -5,6 +5,7 @@ mod batches;
 mod cli;
 mod client;
 mod config;
+mod connections;
 mod memory;
 mod recovery;
 mod sdk;
