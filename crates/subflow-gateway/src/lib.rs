@@ -14,10 +14,12 @@
 mod app;
 pub mod auth;
 mod error;
+mod extract;
 mod metrics;
 mod openapi;
 mod origin;
 mod routes;
+pub mod server;
 mod sse;
 pub mod stream;
 mod trace;
@@ -105,6 +107,8 @@ pub struct AppState {
     pub streams: stream::Streams,
     /// Durable batches: configured or not, and whether a worker runs (SPEC §12.11).
     pub batches: BatchFeatures,
+    /// `server.*_timeout_seconds`: how long a connection may wait for its client.
+    pub connections: server::ConnectionTimeouts,
 }
 
 /// The runs executing in this process: their cancel tokens and a signal when they end.
@@ -257,6 +261,8 @@ pub fn router(state: AppState) -> Router {
             "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl",
             get(routes::batches::results),
         )
+        // After every route: it applies to the routes registered before it.
+        .method_not_allowed_fallback(extract::method_not_allowed)
         .fallback(web::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
@@ -286,7 +292,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let _upkeep = stream::upkeep::start(&state).await;
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let timeouts = state.connections;
+    server::run(listener, router(state), timeouts, shutdown).await
 }

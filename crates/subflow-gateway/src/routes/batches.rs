@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -22,6 +22,7 @@ use subflow_store::batches::{
 };
 
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
 /// 404 for a missing, foreign or other-thread batch.

@@ -1,12 +1,13 @@
 //! `GET /api/threads/{thread_id}/runs/{run_id}/events` (SPEC §6).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use serde::Deserialize;
 use subflow_contracts::{Permission, RunEvent};
 use subflow_store::{EventQuery, MAX_PAGE_LIMIT};
 
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
 #[derive(Debug, Deserialize)]

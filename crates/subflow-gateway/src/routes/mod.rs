@@ -3,6 +3,7 @@
 pub mod assistants;
 pub mod batches;
 pub mod events;
+pub mod paging;
 pub mod runs;
 pub mod tasks;
 pub mod threads;
@@ -86,6 +87,11 @@ pub fn parse_body<T: DeserializeOwned>(
             )));
         }
         Err(rejection) => {
+            if let Some(timeout) = crate::server::timed_out(rejection) {
+                return Err(ApiError::Timeout(format!(
+                    "Request body timed out: {timeout}"
+                )));
+            }
             return Err(ApiError::Unprocessable(format!(
                 "Invalid request body: {rejection}"
             )));

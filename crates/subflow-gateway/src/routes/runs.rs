@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, Query, RawQuery, State};
+use axum::extract::{Extension, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -16,9 +16,10 @@ use subflow_runtime::spans::{TraceOverrides, TraceRequest};
 use subflow_store::{NewRun, NewThread, RunRecord};
 use tokio_util::sync::CancellationToken;
 
-use super::parse_body;
 use super::threads::not_found;
+use super::{paging, parse_body};
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::stream::{
     self,
     follow::{Follow, OnDisconnect, RejoinParams, check_cursor, last_event_id, sse_response},
@@ -496,12 +497,13 @@ pub async fn wait(
 
 #[derive(Debug, Deserialize)]
 pub struct ListParams {
-    limit: Option<u32>,
-    offset: Option<u32>,
+    limit: Option<String>,
+    offset: Option<String>,
     status: Option<String>,
 }
 
-/// `GET …/runs`: newest first.
+/// `GET …/runs?limit=10&offset=0&status=`: newest first, at most
+/// [`paging::RUNS_MAX_LIMIT`] per page.
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
@@ -509,6 +511,9 @@ pub async fn list(
     Query(params): Query<ListParams>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
+    let limit = paging::integer("limit", params.limit.as_deref())?;
+    let limit = paging::limit(limit, 10, paging::RUNS_MAX_LIMIT)?;
+    let offset = paging::integer("offset", params.offset.as_deref())?.unwrap_or(0);
     let status = params
         .status
         .filter(|s| !s.is_empty())
@@ -522,12 +527,7 @@ pub async fn list(
     }
     let runs = state
         .store
-        .list_runs(
-            &thread_id,
-            status,
-            params.limit.unwrap_or(10).min(100),
-            params.offset.unwrap_or(0),
-        )
+        .list_runs(&thread_id, status, limit, offset)
         .await?;
     Ok(Json(
         runs.iter()

@@ -3,16 +3,21 @@
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
+use axum::response::Response;
+use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use std::sync::Arc;
 use subflow_contracts::{Permission, RunStatus};
-use subflow_store::{Checkpoint, NewThread, ThreadRecord, ThreadSearch};
 
-use super::{checked_thread_id, parse_body};
+use subflow_store::{Checkpoint, NewThread, Store, ThreadRecord, ThreadSearch};
+
+use super::{checked_thread_id, paging, parse_body};
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
 #[derive(Debug, Deserialize)]
@@ -114,12 +119,13 @@ struct SearchThreads {
     offset: Option<u32>,
 }
 
-/// `POST /api/threads/search`: the caller's threads, newest first.
+/// `POST /api/threads/search`: the caller's threads, newest first, streamed: each
+/// thread carries its latest values, so the page is written one thread at a time.
 pub async fn search(
     State(state): State<AppState>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Response, ApiError> {
     caller.require(Permission::ThreadsRead)?;
     let request: SearchThreads = parse_body(&body)?;
     let status = request
@@ -135,14 +141,17 @@ pub async fn search(
         owner: caller.user_id,
         metadata: request.metadata,
         status,
-        limit: request.limit.unwrap_or(10).min(1000),
+        limit: paging::limit(request.limit, 10, paging::SEARCH_MAX_LIMIT)?,
         offset: request.offset.unwrap_or(0),
     };
-    let mut threads = Vec::new();
-    for thread in state.store.search_threads(&search).await? {
-        threads.push(thread_json(&state, &thread).await?);
-    }
-    Ok(Json(threads))
+    let threads = state.store.search_threads(&search).await?;
+    let items = futures::stream::iter(threads).then(move |thread| searched(state.clone(), thread));
+    paging::json_array(items).await
+}
+
+/// One thread of a search result.
+async fn searched(state: AppState, thread: ThreadRecord) -> Result<Value, ApiError> {
+    thread_json(&state, &thread).await
 }
 
 /// `DELETE /api/threads/{thread_id}`: cancels its active runs, then deletes all its data.
@@ -214,16 +223,20 @@ pub struct HistoryParams {
     before: Option<Value>,
 }
 
+/// Checkpoints read from the store per step of a streamed history: whole states, so few.
+const HISTORY_PAGE: u32 = 8;
+
 /// The history of `thread`, as `authorize_thread` found it: none for an unowned id.
+/// Written a page of states at a time, newest first, until `limit` states.
 async fn history(
     state: &AppState,
     thread: Option<ThreadRecord>,
     params: HistoryParams,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Response, ApiError> {
+    let limit = paging::limit(params.limit, 10, paging::HISTORY_MAX_LIMIT)?;
     let Some(thread) = thread else {
-        return Ok(Json(Vec::new()));
+        return paging::json_array(futures::stream::empty()).await;
     };
-    let thread_id = thread.thread_id.as_str();
     // `before` is a checkpoint id, or a checkpoint config {checkpoint_id} as the SDKs send it.
     let before = match &params.before {
         None | Some(Value::Null) => None,
@@ -234,15 +247,55 @@ async fn history(
             .and_then(Value::as_str)
             .map(str::to_owned),
     };
-    let checkpoints = state
+    let cursor = HistoryCursor {
+        store: state.store.clone(),
+        thread_id: thread.thread_id,
+        left: limit,
+        before,
+    };
+    let pages = futures::stream::try_unfold(cursor, history_page);
+    paging::json_array(
+        pages
+            .map_ok(|page| futures::stream::iter(page.into_iter().map(Ok)))
+            .try_flatten(),
+    )
+    .await
+}
+
+/// Where a streamed history is.
+struct HistoryCursor {
+    store: Arc<dyn Store>,
+    thread_id: String,
+    /// States still to send.
+    left: u32,
+    /// The last checkpoint sent.
+    before: Option<String>,
+}
+
+/// The next page of a streamed history, newest first; `None` once `limit` states are
+/// out or the store has no older ones.
+async fn history_page(
+    mut cursor: HistoryCursor,
+) -> Result<Option<(Vec<Value>, HistoryCursor)>, ApiError> {
+    if cursor.left == 0 {
+        return Ok(None);
+    }
+    let wanted = cursor.left.min(HISTORY_PAGE);
+    let page = cursor
         .store
-        .list_checkpoints(
-            thread_id,
-            params.limit.unwrap_or(10).min(1000),
-            before.as_deref(),
-        )
+        .list_checkpoints(&cursor.thread_id, wanted, cursor.before.as_deref())
         .await?;
-    Ok(Json(checkpoints.iter().map(state_json).collect()))
+    let Some(last) = page.last() else {
+        return Ok(None);
+    };
+    cursor.before = Some(last.checkpoint_id.clone());
+    // A short page is the end: nothing older is left.
+    cursor.left = if page.len() < wanted as usize {
+        0
+    } else {
+        cursor.left - wanted
+    };
+    Ok(Some((page.iter().map(state_json).collect(), cursor)))
 }
 
 /// `POST …/history` `{limit=10, before?}`: ThreadStates, newest first.
@@ -251,10 +304,17 @@ pub async fn history_post(
     caller: Caller,
     Path(thread_id): Path<String>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Response, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let params: HistoryParams = parse_body(&body)?;
     history(&state, thread, params).await
+}
+
+/// The query of `GET …/history`.
+#[derive(Debug, Deserialize)]
+pub struct HistoryQuery {
+    limit: Option<String>,
+    before: Option<String>,
 }
 
 /// `GET …/history?limit=&before=`.
@@ -262,17 +322,12 @@ pub async fn history_get(
     State(state): State<AppState>,
     caller: Caller,
     Path(thread_id): Path<String>,
-    Query(query): Query<std::collections::HashMap<String, String>>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+    Query(query): Query<HistoryQuery>,
+) -> Result<Response, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
-    let limit = query
-        .get("limit")
-        .map(|l| {
-            l.parse::<u32>().map_err(|_| {
-                ApiError::Unprocessable(format!("limit must be an integer, got '{l}'"))
-            })
-        })
-        .transpose()?;
-    let before = query.get("before").map(|b| Value::String(b.clone()));
-    history(&state, thread, HistoryParams { limit, before }).await
+    let params = HistoryParams {
+        limit: paging::integer("limit", query.limit.as_deref())?,
+        before: query.before.map(Value::String),
+    };
+    history(&state, thread, params).await
 }

@@ -1,13 +1,14 @@
 //! `GET /api/threads/{thread_id}/token-usage?include_active=false` (SPEC §7.3, §7.4).
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use serde::Deserialize;
 use serde_json::Value;
 use subflow_contracts::Permission;
 use subflow_contracts::messages::Message;
 
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
 
