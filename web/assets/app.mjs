@@ -16,6 +16,7 @@ import {
   shouldBackfill,
   taskEventUpdate,
 } from "./cards.mjs";
+import { BatchPanel } from "./batchpanel.mjs";
 import { CardElement } from "./cardui.mjs";
 import { append, h, setText } from "./dom.mjs";
 import { threadItems, threadTitle, usageParts } from "./panels.mjs";
@@ -44,6 +45,7 @@ const els = {
   send: $("send"),
   stop: $("stop"),
   usage: $("usage"),
+  batches: $("batches"),
   announcer: $("announcer"),
   connection: $("connection"),
   tokenDialog: $("token-dialog"),
@@ -522,6 +524,8 @@ async function finishRun(run, how) {
   announce(run.stopping ? "Run stopped" : state.runError ? "Run failed" : "Run finished");
   refreshUsage();
   refreshThreads();
+  // A run may have submitted a batch (`batch_task`).
+  batchPanel.refresh({ features: true });
 }
 
 /** Follows `run` from `response` (a started stream or a rejoin), then settles the page. */
@@ -662,6 +666,9 @@ async function refreshUsage() {
   }
 }
 
+// Durable batches of the open thread (SPEC §14.2); their progress moves the footer's spend.
+const batchPanel = new BatchPanel(els.batches, { onChange: () => refreshUsage() });
+
 function resetThreadState() {
   state.generation += 1;
   if (state.run !== null) state.run.controller.abort();
@@ -708,6 +715,7 @@ async function openThread(threadId, { push = false, fresh = false } = {}) {
   renderControls();
   setText(els.title, threadId === null ? "New thread" : "Loading…");
   renderMessages();
+  batchPanel.setThread(threadId);
   if (threadId === null) {
     els.usage.replaceChildren();
     return;

@@ -1,6 +1,7 @@
 // The side panels of the workspace: the thread list with its search filter and the
 // usage-and-cost footer (SPEC §7.3, §7.4). Rendering only; app.mjs fetches the data.
 
+import { batchSpendText } from "./batches.mjs";
 import { flattenContent, stopReasonLabel } from "./cards.mjs";
 import { h } from "./dom.mjs";
 
@@ -66,6 +67,8 @@ export function usageParts(usage, lastRun) {
         : "cost: no prices configured",
     ),
   );
+  const batchSpend = batchSpendText(usage.batches);
+  if (batchSpend !== null) parts.push(h("span", { class: "usage-batches" }, batchSpend));
   const context = usage.context_usage;
   if (context) {
     const of = context.max_context_tokens ? ` of ${formatCount(context.max_context_tokens)} (${context.percentage}%)` : "";
