@@ -101,5 +101,6 @@ export const paths = {
     `/api/threads/${enc(t)}/runs/${enc(r)}/stream?${modes.map((m) => `stream_mode=${enc(m)}`).join("&")}`,
   cancel: (t, r) => `/api/threads/${enc(t)}/runs/${enc(r)}/cancel?action=interrupt`,
   events: (t, r, query) => `/api/threads/${enc(t)}/runs/${enc(r)}/events?${query}`,
+  tasks: (t, r) => `/api/threads/${enc(t)}/runs/${enc(r)}/tasks`,
   tokenUsage: (t) => `/api/threads/${enc(t)}/token-usage`,
 };

@@ -1,25 +1,27 @@
 // The subflow workspace: threads, messages with task cards, live runs, usage and cost.
-// It uses only the public API. Card rules live in cards.mjs; this module owns state,
-// the network and the DOM.
+// It uses only the public API. Card rules live in cards.mjs, the cards' state in
+// board.mjs, the run view in runview.mjs; this module owns the messages, live runs,
+// threads and the wiring.
 
 import { ApiError, apiFetch, apiJson, onTokenNeeded, paths } from "./api.mjs";
 import {
-  backfillNext,
-  backfillPath,
-  backfillSteps,
-  cardView,
-  flattenContent,
-  groupHeader,
-  mergeCard,
-  messageCardUpdates,
-  newCard,
-  shouldBackfill,
-  taskEventUpdate,
-} from "./cards.mjs";
-import { CardElement } from "./cardui.mjs";
+  allMessages,
+  fetchSteps,
+  loadAllSummaries,
+  loadSummaries,
+  publishAfterRender,
+  renderAllCards,
+  renderCard,
+  renderCardGroup,
+  syncCards,
+  updateCard,
+} from "./board.mjs";
+import { flattenContent, modelLabel, newCard, taskEventUpdate } from "./cards.mjs";
 import { append, h, setText } from "./dom.mjs";
-import { threadItems, threadTitle, usageParts } from "./panels.mjs";
+import { liveRunUsage, threadItems, threadTitle, usageParts } from "./panels.mjs";
+import { closeRunView, renderRunView, toggleRunView } from "./runview.mjs";
 import { readFrames } from "./sse.mjs";
+import { announce, els, sleep, state } from "./state.mjs";
 
 const STREAM_MODES = ["values", "messages-tuple", "custom"];
 /** Consecutive `gap` recoveries before giving up (SPEC §14.1). */
@@ -29,69 +31,13 @@ const MAX_RECONNECTS = 5;
 /** How long a stopped run may take to end its stream before the page stops waiting. */
 const STOP_GRACE_MS = 15000;
 
-const $ = (id) => document.getElementById(id);
-const els = {
-  sidebar: $("sidebar"),
-  threadsToggle: $("threads-toggle"),
-  newThread: $("new-thread"),
-  search: $("thread-search"),
-  threadList: $("thread-list"),
-  threadListNote: $("thread-list-note"),
-  title: $("thread-title"),
-  messages: $("messages"),
-  composer: $("composer"),
-  input: $("composer-input"),
-  send: $("send"),
-  stop: $("stop"),
-  usage: $("usage"),
-  announcer: $("announcer"),
-  connection: $("connection"),
-  tokenDialog: $("token-dialog"),
-  tokenForm: $("token-form"),
-  tokenInput: $("token-input"),
-  tokenMessage: $("token-message"),
-};
+/** Messages closer than this to the bottom count as read to the end. */
+const BOTTOM_SLACK_PX = 80;
 
-const state = {
-  models: [],
-  tokenUsageEnabled: false,
-  threads: [],
-  threadId: null,
-  /** Bumped on every thread switch, so late answers for another thread are dropped. */
-  generation: 0,
-  messages: [],
-  /** The AI message being streamed: `{id, text}`. */
-  streaming: null,
-  /** ToolMessages streamed before a `values` frame included them, by tool_call_id. */
-  streamedTools: new Map(),
-  cards: new Map(),
-  cardElements: new Map(),
-  cardTurn: new Map(),
-  cardRun: new Map(),
-  turnRun: new Map(),
-  turns: 0,
-  expanded: new Set(),
-  backfill: new Map(),
-  /** Cards whose terminal transition is shown after the current render. */
-  afterRender: new Set(),
-  /** The run this page follows: `{threadId, runId, lastEventId, controller, stopping}`. */
-  run: null,
-  runError: null,
-  runNote: null,
-  runsCache: null,
-};
-
-// ---------------------------------------------------------------------------- utilities
-
-function announce(text) {
-  els.announcer.textContent = "";
-  // A fresh node after a tick makes screen readers read repeated messages too.
-  setTimeout(() => {
-    els.announcer.textContent = text;
-  }, 50);
+/** New messages, and cards that grow, come into view unless the reader scrolled up. */
+function followBottom() {
+  if (state.stickToBottom) els.messages.scrollTop = els.messages.scrollHeight;
 }
-
-const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
 function showError(error) {
   state.runError = error instanceof Error ? error.message : String(error);
@@ -120,159 +66,10 @@ onTokenNeeded(
     }),
 );
 
-// ---------------------------------------------------------------------------- cards
-
-function turnLoading(id) {
-  return state.run !== null && state.run.threadId === state.threadId && state.cardTurn.get(id) === state.turns;
-}
-
-function cardElement(id) {
-  let element = state.cardElements.get(id);
-  if (element === undefined) {
-    element = new CardElement(id, toggleCard);
-    state.cardElements.set(id, element);
-  }
-  return element;
-}
-
-function renderCard(id) {
-  const card = state.cards.get(id);
-  if (card === undefined) return;
-  const view = cardView(card, {
-    turnLoading: turnLoading(id),
-    tokenUsageEnabled: state.tokenUsageEnabled,
-    models: state.models,
-  });
-  cardElement(id).update(view, card.prompt, state.expanded.has(id), state.backfill.get(id) ?? "idle");
-}
-
-function renderAllCards() {
-  for (const id of state.cards.keys()) renderCard(id);
-}
-
-/** Merges an update into a card and publishes it as the merge says. */
-function updateCard(id, update) {
-  const merged = mergeCard(state.cards.get(id) ?? newCard(id), update);
-  state.cards.set(id, merged.card);
-  if (merged.publish === "now") renderCard(id);
-  else if (merged.publish === "after_render") state.afterRender.add(id);
-}
-
-/** Shows terminal transitions collected during a render, once it is on screen. */
-function publishAfterRender() {
-  const ids = [...state.afterRender];
-  state.afterRender.clear();
-  for (const id of ids) {
-    renderCard(id);
-    const card = state.cards.get(id);
-    const word = card.status === "completed" ? "Subtask completed" : "Subtask failed";
-    announce(`${word}: ${card.description ?? id}`);
-  }
-}
-
-function allMessages() {
-  const messages = [...state.messages];
-  const present = new Set(messages.filter((m) => m?.type === "tool").map((m) => m.tool_call_id));
-  for (const [callId, message] of state.streamedTools) if (!present.has(callId)) messages.push(message);
-  return messages;
-}
-
-/** Opens and answers cards from the thread's messages (calls and ToolMessages). */
-function syncCards() {
-  const { turns, updates } = messageCardUpdates(allMessages());
-  state.turns = turns;
-  for (const { id, turn, update } of updates) {
-    state.cardTurn.set(id, turn);
-    if (state.run?.runId && turn === turns && state.run.threadId === state.threadId) {
-      state.cardRun.set(id, state.run.runId);
-      state.turnRun.set(turn, state.run.runId);
-    }
-    updateCard(id, update);
-  }
-}
-
-async function toggleCard(id, expanded) {
-  if (expanded) state.expanded.add(id);
-  else state.expanded.delete(id);
-  renderCard(id);
-  if (expanded) await backfillCard(id);
-}
-
-/** The run a task ran in: known live, else found by its `subagent.start` event. */
-async function runOfTask(id) {
-  const known = state.cardRun.get(id) ?? state.turnRun.get(state.cardTurn.get(id));
-  if (known !== undefined) return known;
-  const threadId = state.threadId;
-  state.runsCache ??= apiJson(paths.runs(threadId, "?limit=100")).catch((error) => {
-    state.runsCache = null;
-    throw error;
-  });
-  const runs = await state.runsCache;
-  for (const run of runs) {
-    const query = `event_types=subagent.start&task_id=${encodeURIComponent(id)}&limit=1`;
-    const found = await apiJson(paths.events(threadId, run.run_id, query));
-    if (Array.isArray(found) && found.length > 0) {
-      state.cardRun.set(id, run.run_id);
-      state.turnRun.set(state.cardTurn.get(id), run.run_id);
-      return run.run_id;
-    }
-  }
-  return null;
-}
-
-/** Every step of a task from `/events`, paged by `after_seq`; throws on a non-2xx page. */
-async function fetchSteps(threadId, runId, id) {
-  let steps = [];
-  let afterSeq = null;
-  for (let pages = 1; ; pages += 1) {
-    const records = await apiJson(backfillPath(threadId, runId, id, afterSeq));
-    steps = steps.concat(backfillSteps(records, id));
-    const next = backfillNext(records, pages);
-    if (next.done) return steps;
-    afterSeq = next.afterSeq;
-  }
-}
-
-/** Fills an expanded card's steps from the backfill (SPEC §14.1); a failure retries on the next expand. */
-async function backfillCard(id) {
-  if (state.backfill.get(id) === "loading") return;
-  const generation = state.generation;
-  const threadId = state.threadId;
-  try {
-    const runId = await runOfTask(id);
-    const card = state.cards.get(id);
-    if (generation !== state.generation || card === undefined) return;
-    if (!shouldBackfill(card, { expanded: state.expanded.has(id), threadId, runId })) return;
-    state.backfill.set(id, "loading");
-    renderCard(id);
-    const steps = await fetchSteps(threadId, runId, id);
-    if (generation !== state.generation) return;
-    state.backfill.set(id, "idle");
-    updateCard(id, { steps });
-    renderCard(id);
-  } catch (error) {
-    if (generation !== state.generation) return;
-    state.backfill.set(id, "failed");
-    renderCard(id);
-    if (!(error instanceof ApiError)) console.warn("backfill failed", error);
-  }
-}
-
 // ---------------------------------------------------------------------------- messages
 
 function messageText(message) {
   return flattenContent(message?.content);
-}
-
-function renderCardGroup(calls) {
-  const group = h("div", { class: "card-group" }, h("p", { class: "card-group-header" }, groupHeader(calls.length)));
-  for (const call of calls) {
-    const element = cardElement(call.id);
-    if (!state.cards.has(call.id)) state.cards.set(call.id, newCard(call.id));
-    renderCard(call.id);
-    group.append(element.root);
-  }
-  return group;
 }
 
 function renderMessage(message, taskIds) {
@@ -306,7 +103,6 @@ function renderMessage(message, taskIds) {
 
 function renderMessages() {
   const container = els.messages;
-  const atBottom = container.scrollHeight - container.scrollTop - container.clientHeight < 80;
   const messages = allMessages();
   const taskIds = new Set(
     messages.flatMap((m) => (m?.type === "ai" && Array.isArray(m.tool_calls) ? m.tool_calls : []))
@@ -339,15 +135,16 @@ function renderMessages() {
   if (state.runNote !== null) nodes.push(h("p", { class: "message message-note" }, state.runNote));
   if (state.runError !== null) nodes.push(h("p", { class: "message message-error", role: "alert" }, state.runError));
   if (messages.length === 0 && state.run === null) {
-    nodes.push(h("p", { class: "message message-note" }, "Send a message to start. Any prompt runs the demo plan."));
+    nodes.push(h("p", { class: "message message-note" }, `Send a message to start. ${modelSentence()}`));
   }
   // Cards are kept and moved, so a focused card button gets its focus back.
   const focused = container.contains(document.activeElement) ? document.activeElement : null;
   container.replaceChildren();
   append(container, nodes);
   if (focused !== null && focused.isConnected) focused.focus({ preventScroll: true });
-  if (atBottom) container.scrollTop = container.scrollHeight;
+  followBottom();
   publishAfterRender();
+  renderUsage();
 }
 
 function renderControls() {
@@ -393,6 +190,7 @@ function applyTaskEvent(event) {
   if (state.run?.runId) state.cardRun.set(id, state.run.runId);
   updateCard(id, update);
   publishAfterRender();
+  renderUsage();
 }
 
 /** Reads one response of the run's stream: "end", "gap" or "closed". */
@@ -516,12 +314,18 @@ async function finishRun(run, how) {
   }
   if (generation !== state.generation) return;
   if (run.stopping) state.runNote = "The run was stopped.";
+  // The ended run's summaries hold its tasks' final usage, stopped ones included.
+  if (run.runId !== null) await loadSummaries(run.threadId, run.runId).catch(() => {});
+  if (generation !== state.generation) return;
+  state.runs = await apiJson(paths.runs(run.threadId, "?limit=100")).catch(() => null);
+  if (generation !== state.generation) return;
   renderAllCards();
   renderMessages();
   renderControls();
   announce(run.stopping ? "Run stopped" : state.runError ? "Run failed" : "Run finished");
   refreshUsage();
   refreshThreads();
+  renderRunView();
 }
 
 /** Follows `run` from `response` (a started stream or a rejoin), then settles the page. */
@@ -540,8 +344,8 @@ async function drive(run, response) {
   await finishRun(run, how);
 }
 
-function beginRun(threadId, runId) {
-  const run = { threadId, runId, lastEventId: null, controller: new AbortController(), stopping: false, gaps: 0 };
+function beginRun(threadId, runId, modelName = defaultModelName()) {
+  const run = { threadId, runId, modelName, lastEventId: null, controller: new AbortController(), stopping: false, gaps: 0 };
   state.run = run;
   state.runError = null;
   state.runNote = null;
@@ -567,19 +371,24 @@ async function sendPrompt(text) {
   state.messages = [...state.messages, { type: "human", content: text, id: null }];
   if (state.messages.length === 1) setText(els.title, threadTitle({ thread_id: threadId, values: { messages: state.messages } }));
   state.turns += 1;
-  const run = beginRun(threadId, null);
+  const run = beginRun(threadId, null, pickedModelName());
+  state.stickToBottom = true;
   renderMessages();
   announce("Run started");
+  refreshUsage();
+  const body = {
+    input: { messages: [{ role: "user", content: text }] },
+    stream_mode: STREAM_MODES,
+    on_disconnect: "continue",
+  };
+  // The model picker names the run's model (SPEC §2.2 `config.configurable.model_name`).
+  if (state.models.length > 1) body.config = { configurable: { model_name: run.modelName } };
   let response;
   try {
     response = await apiFetch(paths.stream(threadId), {
       method: "POST",
       headers: { "Content-Type": "application/json" },
-      body: JSON.stringify({
-        input: { messages: [{ role: "user", content: text }] },
-        stream_mode: STREAM_MODES,
-        on_disconnect: "continue",
-      }),
+      body: JSON.stringify(body),
       signal: run.controller.signal,
     });
   } catch (error) {
@@ -644,9 +453,11 @@ async function refreshThreads() {
   }
 }
 
+/** Fetches the thread's settled usage (counted and stopped runs) and shows the footer. */
 async function refreshUsage() {
   const threadId = state.threadId;
   if (threadId === null) {
+    state.usage = null;
     els.usage.replaceChildren();
     return;
   }
@@ -656,10 +467,27 @@ async function refreshUsage() {
       apiJson(paths.runs(threadId, "?limit=1")),
     ]);
     if (threadId !== state.threadId) return;
-    els.usage.replaceChildren(...usageParts(usage, Array.isArray(runs) ? runs[0] : undefined));
+    state.usage = { usage, lastRun: Array.isArray(runs) ? runs[0] : undefined };
+    renderUsage();
   } catch (error) {
     els.usage.replaceChildren(h("span", {}, `Usage unavailable: ${error.message}`));
   }
+}
+
+/** The footer: the settled usage, plus what the run being streamed has spent so far. */
+function renderUsage() {
+  if (state.usage === null || state.threadId === null) return;
+  const run = state.run !== null && state.run.threadId === state.threadId ? state.run : null;
+  const live =
+    run === null
+      ? null
+      : liveRunUsage({
+          messages: allMessages(),
+          cards: [...state.cards.entries()].filter(([id]) => state.cardTurn.get(id) === state.turns).map(([, card]) => card),
+          runModel: run.modelName,
+          models: state.models,
+        });
+  els.usage.replaceChildren(...usageParts(state.usage.usage, { lastRun: state.usage.lastRun, models: state.models, live }));
 }
 
 function resetThreadState() {
@@ -680,7 +508,11 @@ function resetThreadState() {
   state.turns = 0;
   state.runError = null;
   state.runNote = null;
-  state.runsCache = null;
+  state.runs = null;
+  state.summaries.clear();
+  state.usage = null;
+  state.stickToBottom = true;
+  closeRunView();
 }
 
 function threadPath(threadId) {
@@ -718,25 +550,72 @@ async function openThread(threadId, { push = false, fresh = false } = {}) {
     return;
   }
   try {
-    const [thread, threadState, active] = await Promise.all([
+    const [thread, threadState, runs] = await Promise.all([
       apiJson(paths.thread(threadId)),
       apiJson(paths.state(threadId)),
-      apiJson(paths.runs(threadId, "?limit=5")),
+      apiJson(paths.runs(threadId, "?limit=100")),
     ]);
     if (generation !== state.generation) return;
+    state.runs = Array.isArray(runs) ? runs : [];
     setText(els.title, threadTitle(thread));
-    const running = (Array.isArray(active) ? active : []).find((r) => r.status === "running" || r.status === "pending");
-    if (running !== undefined) beginRun(threadId, running.run_id);
+    const running = state.runs.find((r) => r.status === "running" || r.status === "pending");
+    if (running !== undefined) beginRun(threadId, running.run_id, running.model_name ?? defaultModelName());
     applyValues(threadState?.values ?? { messages: [] });
     renderAllCards();
     renderControls();
     refreshUsage();
     if (running !== undefined) rejoinActive(state.run);
+    // Finished and reloaded cards get their counts, usage, cost and latest step from the
+    // runs' task summaries before any card is expanded.
+    await loadAllSummaries(threadId, state.runs);
+    if (generation !== state.generation) return;
+    renderAllCards();
+    renderRunView();
   } catch (error) {
     if (generation !== state.generation) return;
     setText(els.title, error instanceof ApiError && error.status === 404 ? "Thread not found" : "The thread could not be loaded");
     showError(error);
   }
+}
+
+/** The default model: the first configured one. */
+function defaultModelName() {
+  return state.models[0]?.name ?? null;
+}
+
+/** The model the picker names, else the default. */
+function pickedModelName() {
+  const picked = els.model.value;
+  return state.models.some((m) => m?.name === picked) ? picked : defaultModelName();
+}
+
+/** Whether a model is the built-in scripted one, which runs the demo plan for any prompt. */
+function isScripted(name) {
+  const model = state.models.find((m) => m?.name === name);
+  return typeof model?.model === "string" && model.model.startsWith("scripted");
+}
+
+/** Which model a prompt runs on, in words; only the scripted model promises the demo plan. */
+function modelSentence() {
+  const name = pickedModelName();
+  if (name === null) return "";
+  const label = modelLabel(name, state.models);
+  return isScripted(name) ? `${label} (the built-in scripted model) runs the demo plan for any prompt.` : `${label} answers.`;
+}
+
+/** The composer's placeholder names the model, and a picker appears when there are several. */
+function renderModels() {
+  const models = state.models.filter((m) => typeof m?.name === "string");
+  const picked = els.model.value;
+  if (els.model.options.length !== models.length) {
+    els.model.replaceChildren(...models.map((m) => h("option", { value: m.name }, modelLabel(m.name, state.models))));
+    if (models.some((m) => m.name === picked)) els.model.value = picked;
+  }
+  els.model.hidden = models.length < 2;
+  els.model.closest("label")?.toggleAttribute("hidden", models.length < 2);
+  const name = pickedModelName();
+  const demo = name !== null && isScripted(name) ? " — any prompt runs the demo plan" : "";
+  els.input.placeholder = name === null ? "Ask something" : `Message ${modelLabel(name, state.models)}${demo}`;
 }
 
 function threadFromPath() {
@@ -762,6 +641,19 @@ els.input.addEventListener("keydown", (event) => {
   }
 });
 els.stop.addEventListener("click", () => stopRun());
+els.runsToggle.addEventListener("click", () => toggleRunView());
+els.model.addEventListener("change", () => {
+  renderModels();
+  renderMessages();
+});
+// Cards change in place (steps, summaries), outside renderMessages: follow them too.
+new MutationObserver(followBottom).observe(els.messages, { childList: true, subtree: true, characterData: true });
+// ...and the list itself shrinking when the footer or the run view takes room.
+new ResizeObserver(followBottom).observe(els.messages);
+els.messages.addEventListener("scroll", () => {
+  const container = els.messages;
+  state.stickToBottom = container.scrollHeight - container.scrollTop - container.clientHeight < BOTTOM_SLACK_PX;
+});
 els.newThread.addEventListener("click", () => {
   closeSidebar();
   openThread(null, { push: true });
@@ -791,6 +683,7 @@ async function start() {
     setText(els.connection, `Models unavailable: ${error.message}`);
   }
   document.documentElement.dataset.tokenUsage = String(state.tokenUsageEnabled);
+  renderModels();
   await Promise.all([refreshThreads(), openThread(threadFromPath())]);
   document.documentElement.dataset.ready = "true";
 }

@@ -9,8 +9,11 @@
 //   Usage  {inputTokens, outputTokens, totalTokens}
 //   Step   {messageIndex, kind: "ai"|"tool", text, truncated,
 //           toolCalls: [{name, args, argsTruncated}], toolName}
+//   Brief  {kind: "ai"|"tool", text, toolName}: a step as a task summary gives it
+//   Summary {stepCount, latestStep: Brief|null, resultStep: Brief|null}: from `/tasks`
 //   Card   {id, subagentType, description, prompt, status: "in_progress"|"completed"|"failed",
-//           toolMessage, result, error, stopReason, modelName, usage, latestMessage, steps}
+//           toolMessage, result, error, stopReason, modelName, usage, latestMessage, steps,
+//           summary: Summary|null}
 //   Update a Card without `id`, every key optional: a shallow overlay.
 
 /** `valid_status_values` of contracts/subagent_status_contract.json. */
@@ -48,6 +51,7 @@ const UPDATE_KEYS = Object.freeze([
   "usage",
   "latestMessage",
   "steps",
+  "summary",
 ]);
 
 const STOP_REASON_LABELS = Object.freeze({
@@ -172,6 +176,7 @@ export function newCard(id) {
     usage: null,
     latestMessage: null,
     steps: [],
+    summary: null,
   };
 }
 
@@ -310,6 +315,73 @@ export function displaySteps(steps, status) {
   return visible;
 }
 
+/** A `/tasks` step `{kind, text, tool_name}` as a Brief, or null. */
+function readBrief(value) {
+  if (!isObject(value)) return null;
+  return {
+    kind: value.kind === "tool" ? "tool" : "ai",
+    text: typeof value.text === "string" ? value.text : "",
+    toolName: typeof value.tool_name === "string" ? value.tool_name : null,
+  };
+}
+
+/**
+ * The update a task summary of `GET …/runs/{run_id}/tasks` gives (SPEC §6.1): what the
+ * card shows before its steps are loaded — type, description, model, usage, stop reason,
+ * error or brief, and the summary's step count and latest step. Status still comes from
+ * the ToolMessage (or the pending rule).
+ */
+export function summaryUpdate(summary) {
+  if (!isObject(summary)) return null;
+  const update = {};
+  if (typeof summary.subagent_type === "string") update.subagentType = summary.subagent_type;
+  if (typeof summary.description === "string") update.description = summary.description;
+  if (nonBlank(summary.model_name)) update.modelName = summary.model_name.trim();
+  const usage = readUsage(summary.usage);
+  if (usage !== null) update.usage = usage;
+  if (SUBAGENT_STOP_REASONS.includes(summary.stop_reason)) update.stopReason = summary.stop_reason;
+  if (nonBlank(summary.result_brief)) update.result = summary.result_brief.trim();
+  if (nonBlank(summary.error)) update.error = summary.error;
+  if (isCount(summary.step_count)) {
+    update.summary = {
+      stepCount: summary.step_count,
+      latestStep: readBrief(summary.latest_step),
+      resultStep: readBrief(summary.result_step),
+    };
+  }
+  return update;
+}
+
+/** A step as a Brief. */
+function briefOf(step) {
+  return { kind: step.kind, text: step.text, toolName: step.toolName };
+}
+
+/**
+ * How many steps the card lists and the last of them: from its steps once any are known,
+ * else from its task summary, whose count leaves out a completed task's answer — which a
+ * card not shown completed lists. So the count always equals what the expanded card lists.
+ */
+export function listedSteps(card, status) {
+  if (card.steps.length > 0 || !isObject(card.summary)) {
+    const listed = displaySteps(card.steps, status);
+    const last = listed[listed.length - 1];
+    return { count: listed.length, latest: last === undefined ? null : briefOf(last) };
+  }
+  const { stepCount, latestStep, resultStep } = card.summary;
+  if (status !== "completed" && resultStep !== null) return { count: stepCount + 1, latest: resultStep };
+  return { count: stepCount, latest: latestStep };
+}
+
+/** A step in one line: a tool step as "tool: first line", an AI step as its first line. */
+export function stepLine(step) {
+  if (!isObject(step)) return null;
+  const first = (typeof step.text === "string" ? step.text.trim() : "").split("\n")[0].trim();
+  if (step.kind !== "tool") return first === "" ? null : first;
+  const name = nonBlank(step.toolName) ? step.toolName : "tool";
+  return first === "" ? name : `${name}: ${first}`;
+}
+
 /** A token count: grouped digits below 10,000, else thousands with one decimal and "K". */
 export function formatTokenCount(count) {
   if (count < 10000) return count.toLocaleString("en-US");
@@ -321,6 +393,104 @@ export function tokenLabel(usage, status, tokenUsageEnabled) {
   if (tokenUsageEnabled !== true) return null;
   if (isObject(usage)) return `${formatTokenCount(usage.totalTokens)} Tokens`;
   return status === "in_progress" ? "Collecting tokens" : "No usage returned";
+}
+
+const price = (value) => (typeof value === "number" && Number.isFinite(value) ? value : 0);
+
+/** A `/api/models` entry's `pricing` as a card uses it, or null when unpriced (both prices ≤ 0). */
+function priceOfEntry(model) {
+  const pricing = isObject(model) && isObject(model.pricing) ? model.pricing : null;
+  if (pricing === null) return null;
+  const input = price(pricing.input_per_million);
+  const output = price(pricing.output_per_million);
+  if (input <= 0 && output <= 0) return null;
+  const currency = nonBlank(pricing.currency) ? pricing.currency.toUpperCase() : "USD";
+  return { currency, inputPerMillion: input, outputPerMillion: output };
+}
+
+/**
+ * The price of a model among `/api/models`' `models` (SPEC §7.4): by configured `name`, by
+ * provider `model`, then by their lowercase forms; null when none is priced.
+ */
+export function priceOf(modelName, models) {
+  if (typeof modelName !== "string" || !Array.isArray(models)) return null;
+  const lower = modelName.toLowerCase();
+  for (const model of models) {
+    if (!isObject(model)) continue;
+    const own = typeof model.name === "string" ? model.name : "";
+    const provider = typeof model.model === "string" ? model.model : "";
+    const named =
+      own === modelName || provider === modelName || own.toLowerCase() === lower || provider.toLowerCase() === lower;
+    if (named) {
+      const found = priceOfEntry(model);
+      if (found !== null) return found;
+    }
+  }
+  return null;
+}
+
+/** Whether any configured model has a price. */
+export function hasPrices(models) {
+  return Array.isArray(models) && models.some((model) => priceOfEntry(model) !== null);
+}
+
+/** What a usage costs at a price, rounded to 6 decimals; all input is priced as uncached. */
+export function usageCost(usage, unitPrice) {
+  const amount =
+    (usage.inputTokens / 1e6) * unitPrice.inputPerMillion + (usage.outputTokens / 1e6) * unitPrice.outputPerMillion;
+  return Math.round(amount * 1e6) / 1e6;
+}
+
+/** A card's cost `{amount, currency}`: its usage at its model's price, once both are known. */
+export function cardCost(usage, modelName, models) {
+  if (!isObject(usage)) return null;
+  const found = priceOf(modelName, models);
+  if (found === null) return null;
+  return { amount: usageCost(usage, found), currency: found.currency };
+}
+
+function groupDigits(count) {
+  return String(count).replace(/\B(?=(\d{3})+(?!\d))/g, ",");
+}
+
+/**
+ * An amount as people read it: "$" before US dollars, the code after other currencies;
+ * from 1 up two decimals with grouped digits, below 1 two significant digits. Written from
+ * whole micro-units with integer steps, exactly as the Rust port writes it.
+ */
+export function formatCost(amount, currency) {
+  const micros = typeof amount === "number" && Number.isFinite(amount) && amount > 0 ? Math.round(amount * 1e6) : 0;
+  const unit = 10 ** Math.max(0, String(micros).length - 2);
+  const rounded = micros < 1e6 ? Math.floor((micros + Math.floor(unit / 2)) / unit) * unit : micros;
+  let number;
+  if (rounded === 0) number = "0";
+  else if (rounded >= 1e6) {
+    const cents = Math.floor((rounded + 5000) / 10000);
+    number = `${groupDigits(Math.floor(cents / 100))}.${String(cents % 100).padStart(2, "0")}`;
+  } else number = `0.${String(rounded).padStart(6, "0").replace(/0+$/, "")}`;
+  const code = String(currency).toUpperCase();
+  return code === "USD" ? `$${number}` : `${number} ${code}`;
+}
+
+/**
+ * What stopped runs spent (`/token-usage`'s `stopped_runs`, SPEC §7.3), which the totals
+ * leave out: "+ 1,993 tokens, $0.004 in 1 stopped run"; null when no run stopped.
+ */
+export function stoppedRunsLine(stopped) {
+  if (!isObject(stopped) || !isCount(stopped.runs) || stopped.runs === 0) return null;
+  const tokens = isCount(stopped.total_tokens) ? stopped.total_tokens : 0;
+  const cost = isObject(stopped.cost) ? stopped.cost : null;
+  const money =
+    cost !== null && typeof cost.total === "number" && typeof cost.currency === "string"
+      ? `, ${formatCost(cost.total, cost.currency)}`
+      : "";
+  return `+ ${groupDigits(tokens)} tokens${money} in ${stopped.runs} stopped ${stopped.runs === 1 ? "run" : "runs"}`;
+}
+
+/** A card's cost label, or null until its usage and its model's price are known. */
+export function costLabel(usage, modelName, models) {
+  const cost = cardCost(usage, modelName, models);
+  return cost === null ? null : formatCost(cost.amount, cost.currency);
 }
 
 /** The model label: the configured `display_name`, else the raw name; null without a model. */
@@ -358,6 +528,7 @@ export function stopReasonLabel(reason) {
 /** Everything a card shows, from the card, whether its turn is loading, and `/api/models`. */
 export function cardView(card, { turnLoading, tokenUsageEnabled, models }) {
   const status = displayStatus(card, turnLoading);
+  const listed = listedSteps(card, status);
   return {
     id: card.id,
     status,
@@ -369,7 +540,9 @@ export function cardView(card, { turnLoading, tokenUsageEnabled, models }) {
     stopReason: stopReasonLabel(card.stopReason),
     result: status === "completed" ? card.result : null,
     error: status === "failed" ? card.error : null,
-    stepCount: card.steps.length,
+    costLabel: tokenUsageEnabled === true ? costLabel(card.usage, card.modelName, models) : null,
+    stepCount: listed.count,
+    latestStep: stepLine(listed.latest),
     steps: displaySteps(card.steps, status),
   };
 }

@@ -39,6 +39,8 @@ export class CardElement {
     this.type = h("span", { class: "card-type" });
     this.model = h("span", { class: "model-label" });
     this.tokens = h("span", { class: "token-label" });
+    this.cost = h("span", { class: "cost-label" });
+    this.latest = h("span", { class: "card-latest" });
     this.stepCount = h("span", { class: "step-count" });
     this.header = h("span", { class: "card-header-text" });
     this.capped = h("span", { class: "card-capped" });
@@ -53,8 +55,9 @@ export class CardElement {
       },
       this.icon,
       this.statusWord,
-      h("span", { class: "card-title" }, this.description, h("span", { class: "card-meta" }, this.type, this.model, this.tokens, this.stepCount, this.capped)),
+      h("span", { class: "card-title" }, this.description, h("span", { class: "card-meta" }, this.type, this.model, this.tokens, this.cost, this.stepCount, this.capped)),
       this.header,
+      this.latest,
     );
     this.prompt = h("p", { class: "card-prompt" });
     this.steps = h("ol", { class: "steps", "aria-label": "Steps" });
@@ -76,6 +79,10 @@ export class CardElement {
     setText(this.model, view.modelLabel ?? "");
     setText(this.tokens, view.tokenLabel ?? "");
     this.tokens.hidden = view.tokenLabel === null;
+    setText(this.cost, view.costLabel ?? "");
+    this.cost.hidden = view.costLabel === null;
+    setText(this.latest, view.latestStep === null ? "" : `Latest: ${view.latestStep}`);
+    this.latest.hidden = view.latestStep === null || expanded;
     setText(this.stepCount, `${view.stepCount} ${view.stepCount === 1 ? "step" : "steps"}`);
     setText(this.capped, view.stopReason === null ? "" : `capped: ${view.stopReason}`);
     this.capped.hidden = view.stopReason === null;

@@ -174,6 +174,20 @@ pub struct ToolMessage {
     pub artifact: Value,
 }
 
+impl ToolMessage {
+    /// A text answer to `call` with a fresh id.
+    pub fn answering(call: &ToolCall, content: String, status: ToolStatus) -> Self {
+        ToolMessage {
+            content: Value::String(content),
+            id: Some(uuid::Uuid::now_v7().to_string()),
+            name: Some(call.name.clone()),
+            tool_call_id: call.id.clone(),
+            status,
+            ..ToolMessage::default()
+        }
+    }
+}
+
 impl Message {
     /// The message id.
     pub fn id(&self) -> Option<&str> {

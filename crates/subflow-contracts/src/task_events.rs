@@ -64,7 +64,8 @@ pub enum RejectedChunk {
 pub struct MappedTaskEvent {
     /// `subagent.start`, `subagent.step` or `subagent.end`.
     pub event_type: EventType,
-    /// Record content, with exactly the keys of SPEC §5.3.
+    /// Record content: the keys of SPEC §5.3, plus the additive `model_name` of a start
+    /// and `usage` of a step.
     pub content: Value,
     /// Record metadata: `task_id`, plus `message_index` on steps.
     pub metadata: Map<String, Value>,
@@ -74,6 +75,15 @@ impl MappedTaskEvent {
     /// Always `subagent`.
     pub const fn category(&self) -> EventCategory {
         EventCategory::Subagent
+    }
+
+    /// The record with one more (additive) content field: what the runtime knows about a
+    /// task that its live event does not carry, such as the subagent type or stop reason.
+    pub fn with_content_field(mut self, key: &str, value: Value) -> Self {
+        if let Value::Object(content) = &mut self.content {
+            content.insert(key.to_owned(), value);
+        }
+        self
     }
 }
 
@@ -101,7 +111,11 @@ pub fn map_task_event(chunk: &Value) -> Result<MappedTaskEvent, RejectedChunk> {
             };
             Ok(MappedTaskEvent {
                 event_type: EventType::SubagentStart,
-                content: json!({"task_id": task_id, "description": description}),
+                content: start_content(
+                    task_id,
+                    description,
+                    object.get("model_name").and_then(Value::as_str),
+                ),
                 metadata,
             })
         }
@@ -115,9 +129,10 @@ pub fn map_task_event(chunk: &Value) -> Result<MappedTaskEvent, RejectedChunk> {
                 .and_then(Value::as_object)
                 .ok_or(RejectedChunk::BadMessage)?;
             metadata.insert("message_index".into(), json!(message_index));
+            let usage = object.get("usage").and_then(valid_usage);
             Ok(MappedTaskEvent {
                 event_type: EventType::SubagentStep,
-                content: StepParts::of_chunk(message).content(task_id, message_index),
+                content: StepParts::of_chunk(message).content(task_id, message_index, usage),
                 metadata,
             })
         }
@@ -195,7 +210,7 @@ impl<'a> StepParts<'a> {
         }
     }
 
-    fn content(self, task_id: &str, message_index: u64) -> Value {
+    fn content(self, task_id: &str, message_index: u64, usage: Option<TokenUsage>) -> Value {
         let (text, truncated) = cap_chars(&self.text, PERSISTED_TEXT_CAP);
         let mut content = Map::new();
         content.insert("task_id".into(), json!(task_id));
@@ -216,8 +231,27 @@ impl<'a> StepParts<'a> {
                 .collect();
             content.insert("tool_calls".into(), Value::Array(calls));
         }
+        // Additive: the cumulative usage at this step, so a summary of a task that has
+        // not ended (or never will) still knows what it spent.
+        if let Some(usage) = usage {
+            content.insert("usage".into(), json!(usage));
+        }
         Value::Object(content)
     }
+}
+
+/// A start record's content: `task_id` and `description`, plus (additive) the effective
+/// model when non-blank, so a task that never ends still names its model.
+fn start_content(task_id: &str, description: Value, model_name: Option<&str>) -> Value {
+    let mut content = Map::new();
+    content.insert("task_id".into(), json!(task_id));
+    content.insert("description".into(), description);
+    if let Some(model) = model_name.map(str::trim)
+        && !model.is_empty()
+    {
+        content.insert("model_name".into(), json!(model));
+    }
+    Value::Object(content)
 }
 
 fn step_tool_call(name: Value, args: &Value) -> Value {
@@ -454,19 +488,24 @@ impl TaskEvent {
         let end =
             |status, parts: EndParts<'_>| (EventType::SubagentEnd, parts.content(task_id, status));
         let (event_type, content) = match self {
-            TaskEvent::Started { description, .. } => (
+            TaskEvent::Started {
+                description,
+                model_name,
+                ..
+            } => (
                 EventType::SubagentStart,
-                json!({"task_id": task_id, "description": description}),
+                start_content(task_id, json!(description), Some(model_name)),
             ),
             TaskEvent::Running {
                 message,
                 message_index,
+                usage,
                 ..
             } => {
                 metadata.insert("message_index".into(), json!(message_index));
                 (
                     EventType::SubagentStep,
-                    StepParts::of_message(message).content(task_id, *message_index),
+                    StepParts::of_message(message).content(task_id, *message_index, *usage),
                 )
             }
             TaskEvent::Completed {
@@ -572,19 +611,55 @@ mod tests {
     }
 
     #[test]
-    fn a_start_keeps_task_id_and_description_only() {
+    fn a_start_keeps_task_id_description_and_a_non_blank_model() {
         let mapped = map_task_event(&json!({
-            "type": "task_started", "task_id": "call_1", "description": "Look", "model_name": "m"
+            "type": "task_started", "task_id": "call_1", "description": "Look", "model_name": " m "
         }))
         .unwrap();
         assert_eq!(mapped.event_type, EventType::SubagentStart);
         assert_eq!(
             mapped.content,
-            json!({"task_id": "call_1", "description": "Look"})
+            json!({"task_id": "call_1", "description": "Look", "model_name": "m"})
         );
         assert_eq!(Value::Object(mapped.metadata), json!({"task_id": "call_1"}));
-        let missing = map_task_event(&json!({"type": "task_started", "task_id": "c"})).unwrap();
-        assert_eq!(missing.content["description"], Value::Null);
+        let missing =
+            map_task_event(&json!({"type": "task_started", "task_id": "c", "model_name": " "}))
+                .unwrap();
+        assert_eq!(
+            missing.content,
+            json!({"task_id": "c", "description": null})
+        );
+    }
+
+    #[test]
+    fn a_step_keeps_a_valid_usage_only() {
+        let step = |usage: Value| {
+            map_task_event(&json!({
+                "type": "task_running", "task_id": "t", "message_index": 1,
+                "message": {"type": "tool", "content": "x"}, "usage": usage
+            }))
+            .unwrap()
+            .content
+        };
+        let usage = json!({"input_tokens": 1, "output_tokens": 2, "total_tokens": 3});
+        assert_eq!(step(usage.clone())["usage"], usage);
+        assert!(step(Value::Null).get("usage").is_none());
+        assert!(
+            step(json!({"input_tokens": -1, "output_tokens": 2, "total_tokens": 3}))
+                .get("usage")
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn extra_fields_join_the_content_of_a_record() {
+        let mapped = map_task_event(&json!({"type": "task_completed", "task_id": "t"}))
+            .unwrap()
+            .with_content_field("stop_reason", json!("turn_capped"));
+        assert_eq!(
+            mapped.content,
+            json!({"task_id": "t", "status": "completed", "stop_reason": "turn_capped"})
+        );
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use subflow_runtime::runtime::RuntimeOptions;
 use subflow_telemetry::Metrics;
 
+use crate::server::ConnectionTimeouts;
 use crate::stream::{StreamConfig, Streams};
 use crate::{ActiveRuns, AppState, AuthMode, BatchFeatures, ModelListing, usage};
 
@@ -43,6 +44,8 @@ pub struct AppOptions {
     /// this process by default (set `AppState::batches.worker` once one is built on the
     /// state's runtime).
     pub batches: BatchFeatures,
+    /// `server.idle_timeout_seconds`, `header_timeout_seconds`, `body_timeout_seconds`.
+    pub connections: ConnectionTimeouts,
 }
 
 impl AppOptions {
@@ -62,6 +65,7 @@ impl AppOptions {
             web_enabled: true,
             streams: StreamConfig::default(),
             batches: BatchFeatures::default(),
+            connections: ConnectionTimeouts::default(),
         }
     }
 
@@ -91,6 +95,7 @@ impl AppOptions {
             web_enabled: self.web_enabled,
             streams: Streams::new(self.streams),
             batches: self.batches,
+            connections: self.connections,
         }
     }
 }

@@ -17,6 +17,12 @@ pub enum ApiError {
     /// 404.
     #[error("{0}")]
     NotFound(String),
+    /// 405: the route exists, but not for this method.
+    #[error("Method Not Allowed")]
+    MethodNotAllowed,
+    /// 408: the request body did not arrive in time (`server.body_timeout_seconds`).
+    #[error("{0}")]
+    Timeout(String),
     /// 409.
     #[error("{0}")]
     Conflict(String),
@@ -37,6 +43,8 @@ impl ApiError {
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,

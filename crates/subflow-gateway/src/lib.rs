@@ -11,10 +11,12 @@
 mod app;
 pub mod auth;
 mod error;
+mod extract;
 mod metrics;
 mod openapi;
 mod origin;
 mod routes;
+pub mod server;
 mod sse;
 pub mod stream;
 mod trace;
@@ -76,6 +78,8 @@ pub struct AppState {
     pub streams: stream::Streams,
     /// Durable batches: configured or not, and whether a worker runs (SPEC §12.11).
     pub batches: BatchFeatures,
+    /// `server.*_timeout_seconds`: how long a connection may wait for its client.
+    pub connections: server::ConnectionTimeouts,
 }
 
 /// The runs executing in this process: their cancel tokens and a signal when they end.
@@ -125,7 +129,7 @@ pub const LOCAL_USER: &str = "default";
 /// Every route, each registered with its OpenAPI operation, which `openapi::document`
 /// reads back: a new route is a handler with `#[utoipa::path]` added here.
 pub(crate) fn api_router() -> OpenApiRouter<AppState> {
-    use routes::{assistants, batches, events, runs, threads, token_usage};
+    use routes::{assistants, batches, events, runs, tasks, threads, token_usage};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(routes::health))
         .routes(routes!(metrics::get))
@@ -151,6 +155,7 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(runs::join))
         .routes(routes!(runs::rejoin))
         .routes(routes!(events::list))
+        .routes(routes!(tasks::list))
         .routes(routes!(batches::list))
         .routes(routes!(batches::get))
         .routes(routes!(batches::items))
@@ -166,6 +171,8 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
 pub fn router(state: AppState) -> Router {
     let (routes, _) = api_router().split_for_parts();
     routes
+        // After every route: it applies to the routes registered before it.
+        .method_not_allowed_fallback(extract::method_not_allowed)
         .fallback(web::fallback)
         .layer(axum::extract::DefaultBodyLimit::max(routes::MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
@@ -195,7 +202,6 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let _upkeep = stream::upkeep::start(&state).await;
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    let timeouts = state.connections;
+    server::run(listener, router(state), timeouts, shutdown).await
 }

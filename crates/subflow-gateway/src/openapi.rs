@@ -4,8 +4,8 @@
 //! registers handlers through `utoipa_axum::routes!`, so whatever is routed is
 //! described. What the layers around every handler answer is added here, once, from
 //! what the operation declares: 401 and the bearer requirement where `auth` applies (token
-//! mode), 403 where a permission (`x-subflow-permission`) or the Origin check applies, 413
-//! for bodies and 503 where the store is read.
+//! mode), 403 where a permission (`x-subflow-permission`) or the Origin check applies, 408
+//! and 413 for bodies and 503 where the store is read.
 
 use std::sync::OnceLock;
 
@@ -124,6 +124,8 @@ fn complete(document: &mut Value, auth: AuthMode, metrics_public: bool) {
                 responses["503"] = error("Run event store not available");
             }
             if operation.get("requestBody").is_some() {
+                operation["responses"]["408"] =
+                    error("Request body timed out (server.body_timeout_seconds)");
                 operation["responses"]["413"] = error("Request body too large: the limit is 1 MiB");
                 operation["requestBody"]["required"] = json!(false);
             }
@@ -219,19 +221,25 @@ mod tests {
 
     #[test]
     fn request_bodies_the_document_allows_are_the_ones_the_server_takes() {
+        use crate::routes::paging::{HISTORY_MAX_LIMIT, SEARCH_MAX_LIMIT, limit};
         use subflow_contracts::api::{HistoryRequest, RunRequest, ThreadSearch};
-        let search = |b: &Value| parses::<ThreadSearch>(b).is_some();
+        let search = |b: &Value| {
+            parses::<ThreadSearch>(b).is_some_and(|r| limit(r.limit, 10, SEARCH_MAX_LIMIT).is_ok())
+        };
         let history = |b: &Value| {
             parses::<HistoryRequest>(b).is_some_and(|r| {
-                crate::routes::threads::before_checkpoint(r.before.as_ref()).is_ok()
+                limit(r.limit, 10, HISTORY_MAX_LIMIT).is_ok()
+                    && crate::routes::threads::before_checkpoint(r.before.as_ref()).is_ok()
             })
         };
         let run = |b: &Value| parses::<RunRequest>(b).is_some_and(crate::routes::runs::accepts);
         for (body, expect) in [
             (json!({}), true),
-            (json!({"limit": 10, "offset": 4_294_967_295_u64}), true),
+            (json!({"limit": 1000, "offset": 4_294_967_295_u64}), true),
             (json!({"limit": 10.0}), true),
             (json!({"limit": 10.5}), false),
+            (json!({"limit": 0}), false),
+            (json!({"limit": 1001}), false),
             (json!({"limit": -1}), false),
             (json!({"offset": 4_294_967_296_u64}), false),
             (json!([null]), false),
@@ -239,7 +247,8 @@ mod tests {
             check("ThreadSearch", body, search, expect);
         }
         for (body, expect) in [
-            (json!({"limit": 2_147_483_648_u64, "before": null}), true),
+            (json!({"limit": 1, "before": null}), true),
+            (json!({"limit": 2_147_483_648_u64}), false),
             (json!({"before": "c1"}), true),
             (
                 json!({"before": {"configurable": {"checkpoint_id": "c1"}}}),

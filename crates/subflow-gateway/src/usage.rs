@@ -5,8 +5,11 @@ use std::collections::BTreeMap;
 
 use subflow_contracts::RunStatus;
 use subflow_contracts::api::TokenUsage;
-use subflow_contracts::api::usage::{CallerTotals, ContextUsage, Cost, ModelTotals};
+use subflow_contracts::api::usage::{
+    CallerTotals, ContextUsage, Cost, ModelTotals, StoppedRuns, TaskCost,
+};
 use subflow_contracts::messages::Message;
+use subflow_contracts::task_result::TokenUsage as TaskUsage;
 use subflow_store::{ModelUsage, RunRecord, RunUsage};
 
 /// What `/token-usage` needs to know about a configured model.
@@ -120,6 +123,24 @@ pub fn run_costs(
     costs
 }
 
+/// The price of one task's cumulative usage at its model (SPEC §6.1, §7.4), as
+/// `{currency, total}`, or `None` when the model has no price. Task usage has no cache
+/// split, so every input token is priced as uncached.
+pub fn task_cost(usage: &TaskUsage, model: &str, models: &[ModelFacts]) -> Option<TaskCost> {
+    let price = price_of(models, model)?;
+    let bucket = ModelUsage {
+        input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
+        output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
+        total_tokens: i64::try_from(usage.total_tokens).unwrap_or(i64::MAX),
+        cache_read_tokens: None,
+    };
+    let total = round6(bucket_cost(&bucket, price));
+    Some(TaskCost {
+        currency: price.currency.to_uppercase(),
+        total,
+    })
+}
+
 /// The `cost` object over counted runs, or null when nothing is priced or currencies mix.
 pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Option<Cost> {
     let mut by_model: BTreeMap<String, f64> = BTreeMap::new();
@@ -161,6 +182,47 @@ pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> Conte
     }
 }
 
+/// Whether a run ended stopped: `interrupted` or `timeout`. Such runs are never counted
+/// (as in the reference), but their tokens were spent, so they are summed beside.
+pub fn stopped(run: &RunRecord) -> bool {
+    matches!(run.status, RunStatus::Interrupted | RunStatus::Timeout)
+}
+
+/// Plain sums of some runs: the run totals and the caller buckets.
+#[derive(Debug, Default)]
+struct Sums {
+    total: i64,
+    input: i64,
+    output: i64,
+    lead: i64,
+    subagent: i64,
+    middleware: i64,
+}
+
+impl Sums {
+    fn of(runs: &[&RunRecord]) -> Sums {
+        let mut sums = Sums::default();
+        for run in runs {
+            let usage = &run.usage;
+            sums.total += usage.total_tokens;
+            sums.input += usage.total_input_tokens;
+            sums.output += usage.total_output_tokens;
+            sums.lead += usage.lead_agent_tokens;
+            sums.subagent += usage.subagent_tokens;
+            sums.middleware += usage.middleware_tokens;
+        }
+        sums
+    }
+
+    fn by_caller(&self) -> CallerTotals {
+        CallerTotals {
+            lead_agent: self.lead,
+            subagent: self.subagent,
+            middleware: self.middleware,
+        }
+    }
+}
+
 /// The `/token-usage` body without `context_usage`.
 pub fn summarise(
     thread_id: &str,
@@ -170,16 +232,8 @@ pub fn summarise(
 ) -> TokenUsage {
     let counted: Vec<&RunRecord> = runs.iter().filter(|r| counted(r, include_active)).collect();
     let mut by_model: BTreeMap<String, (i64, u64)> = BTreeMap::new();
-    let (mut total, mut input, mut output) = (0i64, 0i64, 0i64);
-    let (mut lead, mut subagent, mut middleware) = (0i64, 0i64, 0i64);
     for run in &counted {
         let usage = &run.usage;
-        total += usage.total_tokens;
-        input += usage.total_input_tokens;
-        output += usage.total_output_tokens;
-        lead += usage.lead_agent_tokens;
-        subagent += usage.subagent_tokens;
-        middleware += usage.middleware_tokens;
         if usage.token_usage_by_model.is_empty() {
             let model = run
                 .model_name
@@ -196,22 +250,29 @@ pub fn summarise(
             }
         }
     }
+    let sums = Sums::of(&counted);
+    let stopped_runs: Vec<&RunRecord> = runs.iter().filter(|r| stopped(r)).collect();
+    let stopped_sums = Sums::of(&stopped_runs);
     TokenUsage {
         thread_id: thread_id.to_owned(),
-        total_tokens: total,
-        total_input_tokens: input,
-        total_output_tokens: output,
+        total_tokens: sums.total,
+        total_input_tokens: sums.input,
+        total_output_tokens: sums.output,
         total_runs: counted.len() as u64,
         by_model: by_model
             .into_iter()
             .map(|(m, (tokens, runs))| (m, ModelTotals { tokens, runs }))
             .collect(),
-        by_caller: CallerTotals {
-            lead_agent: lead,
-            subagent,
-            middleware,
-        },
+        by_caller: sums.by_caller(),
         cost: cost(&counted, models),
+        stopped_runs: StoppedRuns {
+            runs: stopped_runs.len() as u64,
+            total_tokens: stopped_sums.total,
+            total_input_tokens: stopped_sums.input,
+            total_output_tokens: stopped_sums.output,
+            by_caller: stopped_sums.by_caller(),
+            cost: cost(&stopped_runs, models),
+        },
         context_usage: None,
     }
 }
@@ -339,6 +400,17 @@ mod tests {
         assert_eq!(sum, 1220);
         assert_eq!(body["by_model"]["gpt"], json!({"tokens": 1020, "runs": 2}));
         assert_eq!(summary("t", &runs, true, &models)["total_runs"], 3);
+        // Interrupted and timed-out runs stay out of the totals, summed beside them.
+        let stopped = &body["stopped_runs"];
+        assert_eq!(stopped["runs"], 2);
+        assert_eq!(stopped["total_tokens"], 4 * 999);
+        assert_eq!(stopped["total_input_tokens"], 2 * 999);
+        assert_eq!(
+            stopped["by_caller"],
+            json!({"lead_agent": 4 * 999, "subagent": 0, "middleware": 0})
+        );
+        let spent = round6(2.0 * (999.0 * 2.0 + 999.0 * 8.0) / 1e6);
+        assert_eq!(stopped["cost"]["total"], json!(spent));
         assert_eq!(
             body["cost"]["currency"], "USD",
             "currencies are compared upper-cased"

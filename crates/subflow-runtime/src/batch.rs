@@ -18,7 +18,6 @@ use subflow_models::ToolSpec;
 use subflow_store::batches::{
     BatchRecord, BatchScope, MAX_ITEMS, NewBatch, NewItem, TITLE_MAX_CHARS,
 };
-use uuid::Uuid;
 
 use crate::runtime::{RunContext, Runtime};
 use crate::subagent::{ExecutionSpec, SubmittedBy};
@@ -174,7 +173,9 @@ pub(crate) async fn run_batch_tool(
     match tool {
         BatchTool::Submit if !available => submit_answer(call, Err(UNAVAILABLE.to_owned())),
         BatchTool::Submit => submit_answer(call, submit(runtime, run, call).await),
-        _ if !available => plain(call, UNAVAILABLE_SHORT.to_owned(), ToolStatus::Error),
+        _ if !available => {
+            ToolMessage::answering(call, UNAVAILABLE_SHORT.to_owned(), ToolStatus::Error)
+        }
         BatchTool::Status => status(runtime, run, call).await,
         BatchTool::Cancel => cancel(runtime, run, call).await,
     }
@@ -346,18 +347,7 @@ fn submit_answer(call: &ToolCall, outcome: Result<BatchRecord, String>) -> ToolM
     };
     ToolMessage {
         additional_kwargs: kwargs,
-        ..plain(call, content, status)
-    }
-}
-
-fn plain(call: &ToolCall, content: String, status: ToolStatus) -> ToolMessage {
-    ToolMessage {
-        content: Value::String(content),
-        id: Some(Uuid::now_v7().to_string()),
-        name: Some(call.name.clone()),
-        tool_call_id: call.id.clone(),
-        status,
-        ..ToolMessage::default()
+        ..ToolMessage::answering(call, content, status)
     }
 }
 
@@ -378,10 +368,10 @@ async fn status(runtime: &Runtime, run: &RunContext, call: &ToolCall) -> ToolMes
                 "total_items": batch.total_items,
                 "counts": batch.counts,
             });
-            plain(call, text.to_string(), ToolStatus::Success)
+            ToolMessage::answering(call, text.to_string(), ToolStatus::Success)
         }
-        Ok(None) => plain(call, NOT_FOUND.to_owned(), ToolStatus::Error),
-        Err(error) => plain(
+        Ok(None) => ToolMessage::answering(call, NOT_FOUND.to_owned(), ToolStatus::Error),
+        Err(error) => ToolMessage::answering(
             call,
             format!("Batch status failed: {error}"),
             ToolStatus::Error,
@@ -395,14 +385,14 @@ async fn cancel(runtime: &Runtime, run: &RunContext, call: &ToolCall) -> ToolMes
     match runtime.store.cancel_batch(&scope, id).await {
         Ok(Some(batch)) => {
             tracing::info!(batch_id = %batch.id, run_id = %run.run_id, "batch cancelled by the lead");
-            plain(
+            ToolMessage::answering(
                 call,
                 format!("Batch {} cancellation requested.", batch.id),
                 ToolStatus::Success,
             )
         }
-        Ok(None) => plain(call, NOT_FOUND.to_owned(), ToolStatus::Error),
-        Err(error) => plain(
+        Ok(None) => ToolMessage::answering(call, NOT_FOUND.to_owned(), ToolStatus::Error),
+        Err(error) => ToolMessage::answering(
             call,
             format!("Batch cancellation failed: {error}"),
             ToolStatus::Error,

@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
 use subflow_contracts::RunStopReason;
-use subflow_contracts::messages::{AiMessage, Message, ToolMessage, ToolStatus};
+use subflow_contracts::messages::{AiMessage, Message, ToolMessage};
 use subflow_contracts::task_result::TokenUsage;
 use subflow_models::{ChatRequest, assemble};
 use subflow_store::NewCheckpoint;
@@ -20,7 +20,7 @@ use crate::runtime::{RunContext, Runtime};
 use crate::spans::{ChatCall, new_span_id};
 use crate::subagent::{error_fallback, run_task};
 use crate::tool_table::{ToolKind, ToolTable};
-use crate::tools::ToolError;
+use crate::tools::{ToolError, answer};
 use crate::usage::UsageRecord;
 
 /// How the lead loop ended.
@@ -248,18 +248,7 @@ impl Lead<'_> {
                         Some(_) => run.workspace.run(&call.name, &call.args).await,
                         None => Err(ToolError(format!("Unknown tool '{}'", call.name))),
                     };
-                    let (content, status) = match outcome {
-                        Ok(text) => (text, ToolStatus::Success),
-                        Err(error) => (format!("Error: {error}"), ToolStatus::Error),
-                    };
-                    Some(ToolMessage {
-                        content: Value::String(content),
-                        id: Some(Uuid::now_v7().to_string()),
-                        name: Some(call.name.clone()),
-                        tool_call_id: call.id.clone(),
-                        status,
-                        ..ToolMessage::default()
-                    })
+                    Some(answer(call, outcome))
                 }
             };
             if let Some(trace) = &run.trace {

@@ -10,6 +10,7 @@ use subflow_contracts::task_events::TaskEvent;
 use subflow_store::buffer::EventBuffer;
 use tokio::sync::mpsc;
 
+use subflow_contracts::status::SubagentStopReason;
 use subflow_contracts::task_result::TokenUsage;
 
 /// One item of a run's live output.
@@ -124,6 +125,8 @@ impl OutputSink {
 pub struct TaskEmitter {
     task_id: String,
     model_name: String,
+    /// The `task` call's `subagent_type`; persisted on the start record only.
+    subagent_type: String,
     sink: OutputSink,
     buffer: EventBuffer,
     state: Mutex<EmitterState>,
@@ -136,24 +139,37 @@ struct EmitterState {
 }
 
 impl TaskEmitter {
-    /// An emitter for `task_id` (the tool_call_id) running on `model_name`.
-    pub fn new(task_id: &str, model_name: &str, sink: OutputSink, buffer: EventBuffer) -> Self {
+    /// An emitter for `task_id` (the tool_call_id) of type `subagent_type` running on
+    /// `model_name`.
+    pub fn new(
+        task_id: &str,
+        model_name: &str,
+        subagent_type: &str,
+        sink: OutputSink,
+        buffer: EventBuffer,
+    ) -> Self {
         TaskEmitter {
             task_id: task_id.to_owned(),
             model_name: model_name.to_owned(),
+            subagent_type: subagent_type.to_owned(),
             sink,
             buffer,
             state: Mutex::new(EmitterState::default()),
         }
     }
 
-    fn emit(&self, event: TaskEvent, created: Instant) {
+    /// Sends `event` live and persists its record with `extra` content fields: what the
+    /// record keeps beyond the live event (SPEC §6.1 task summaries read them).
+    fn emit(&self, event: TaskEvent, created: Instant, extra: Option<(&str, Value)>) {
         // Live first: persisting maps and serialises the event, which a watcher need not wait for.
         self.sink.send(RunOutput::Custom {
             payload: event.to_value(),
             created,
         });
-        let record = event.record();
+        let mut record = event.record();
+        if let Some((key, value)) = extra {
+            record = record.with_content_field(key, value);
+        }
         let category = record.category();
         if let Err(error) = self.buffer.record(
             record.event_type.as_str(),
@@ -172,7 +188,12 @@ impl TaskEmitter {
             description: description.to_owned(),
             model_name: self.model_name.clone(),
         };
-        self.emit(event, Instant::now());
+        let subagent_type = Value::String(self.subagent_type.clone());
+        self.emit(
+            event,
+            Instant::now(),
+            Some(("subagent_type", subagent_type)),
+        );
     }
 
     /// One `task_running` for a step message that exists since `created`.
@@ -191,11 +212,17 @@ impl TaskEmitter {
             usage,
             model_name: self.model_name.clone(),
         };
-        self.emit(event, created);
+        self.emit(event, created, None);
     }
 
-    /// The one terminal event; later calls (and later steps) are ignored.
-    pub fn terminal(&self, end: TerminalEvent, usage: Option<TokenUsage>) {
+    /// The one terminal event, with the guard cap that ended the task if any; later
+    /// calls (and later steps) are ignored.
+    pub fn terminal(
+        &self,
+        end: TerminalEvent,
+        usage: Option<TokenUsage>,
+        stop_reason: Option<SubagentStopReason>,
+    ) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         if std::mem::replace(&mut state.closed, true) {
             return;
@@ -233,7 +260,8 @@ impl TaskEmitter {
             },
             TerminalEvent::Disappeared => TaskEvent::disappeared(task_id),
         };
-        self.emit(event, Instant::now());
+        let stop_reason = stop_reason.map(|reason| ("stop_reason", Value::from(reason.as_str())));
+        self.emit(event, Instant::now(), stop_reason);
     }
 }
 

@@ -6,12 +6,21 @@
 use std::path::{Component, Path, PathBuf};
 
 use serde_json::{Value, json};
+use subflow_contracts::messages::{ToolCall, ToolMessage, ToolStatus};
 use subflow_models::ToolSpec;
 
 /// A tool failure, shown to the model.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct ToolError(pub String);
+
+/// The ToolMessage answering `call` with a tool's outcome: its text, or `Error: …`.
+pub(crate) fn answer(call: &ToolCall, outcome: Result<String, ToolError>) -> ToolMessage {
+    match outcome {
+        Ok(text) => ToolMessage::answering(call, text, ToolStatus::Success),
+        Err(error) => ToolMessage::answering(call, format!("Error: {error}"), ToolStatus::Error),
+    }
+}
 
 /// The names of the built-in workspace tools.
 pub const BUILTIN_TOOLS: [&str; 4] = ["ls", "read_file", "write_file", "str_replace"];

@@ -4,7 +4,9 @@ use async_trait::async_trait;
 use sqlx::postgres::{PgConnection, PgRow};
 use sqlx::{Postgres, QueryBuilder};
 use subflow_contracts::{EventCategory, NewEvent, RunEvent};
-use subflow_store::{AppendOutcome, Error, EventQuery, EventStore, Result, codec, validate_batch};
+use subflow_store::{
+    AppendOutcome, Error, EventQuery, EventStore, Result, TaskSummary, codec, validate_batch,
+};
 use uuid::Uuid;
 
 use crate::{PostgresStore, get};
@@ -84,6 +86,10 @@ impl EventStore for PostgresStore {
             .await
             .map_err(Error::backend)?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>> {
+        self.read_task_summaries(thread_id, run_id).await
     }
 
     async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {

@@ -20,6 +20,7 @@ mod checkpoints;
 mod events;
 mod records;
 mod streams;
+mod tasks;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;
 

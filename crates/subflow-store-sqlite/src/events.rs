@@ -7,7 +7,9 @@ use rusqlite::{
     CachedStatement, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
 };
 use subflow_contracts::{NewEvent, RunEvent};
-use subflow_store::{AppendOutcome, Error, EventQuery, EventStore, Result, codec, validate_batch};
+use subflow_store::{
+    AppendOutcome, Error, EventQuery, EventStore, Result, TaskSummary, codec, validate_batch,
+};
 use uuid::Uuid;
 
 use crate::{Db, SqliteStore, query_all, text};
@@ -171,6 +173,10 @@ impl EventStore for SqliteStore {
         params.push(SqlValue::Integer(i64::from(query.limit)));
         self.read(move |conn| query_all(conn, &sql, params_from_iter(params), decode_event))
             .await
+    }
+
+    async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>> {
+        self.read_task_summaries(thread_id, run_id).await
     }
 
     async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {

@@ -33,6 +33,7 @@ mod checkpoints;
 mod events;
 mod records;
 mod streams;
+mod tasks;
 
 /// The embedded migrations, in order. `PRAGMA user_version` holds how many are applied.
 const MIGRATIONS: &[&str] = &[

@@ -3,6 +3,7 @@
 use async_trait::async_trait;
 use subflow_contracts::{NewEvent, RunEvent};
 
+use crate::tasks::TaskSummary;
 use crate::{Error, Result};
 
 /// The largest page `list_events` returns.
@@ -99,4 +100,8 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
 
     /// Every `message`-category record of a thread, ascending by `seq`.
     async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>>;
+
+    /// One summary per task of a run, in the order of each task's first record, from
+    /// its `subagent.*` records in one query (SPEC §6.1); `[]` for an unknown run.
+    async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>>;
 }

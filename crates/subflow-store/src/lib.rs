@@ -14,6 +14,7 @@ mod error;
 mod events;
 mod memory;
 mod records;
+pub mod tasks;
 mod validate;
 
 pub mod buffer;
@@ -40,6 +41,7 @@ pub use streams::{
     FrameBatch, NewFrame, OrphanScope, OrphanedRun, RecoveredRun, StreamFrame, StreamLog,
     StreamNotice, StreamNotices, StreamStore,
 };
+pub use tasks::{StepBrief, TaskRows, TaskSummary};
 pub use validate::{now_rfc3339, rfc3339, validate_batch};
 
 /// Everything a backend provides: run events, thread and run records, checkpoints,

@@ -145,10 +145,15 @@ export async function screenshot(page, name) {
   await page.screenshot({ path: join(ARTIFACTS, `${name}.png`), fullPage: true });
 }
 
-/** Saves the visible window as `docs/<name>.png`, a picture the README shows. */
+/**
+ * Saves the visible window as `<name>.png`, a picture the README shows: into `docs/` when
+ * SUBFLOW_UPDATE_DOCS=1, so an ordinary test run leaves the tree as it was, and under the
+ * artifacts directory otherwise.
+ */
 export async function docsScreenshot(page, name) {
-  mkdirSync(join(REPO, "docs"), { recursive: true });
-  await page.screenshot({ path: join(REPO, "docs", `${name}.png`) });
+  const dir = process.env.SUBFLOW_UPDATE_DOCS === "1" ? join(REPO, "docs") : join(ARTIFACTS, "docs");
+  mkdirSync(dir, { recursive: true });
+  await page.screenshot({ path: join(dir, `${name}.png`) });
 }
 
 /**

@@ -36,13 +36,39 @@ impl ModelListing {
 }
 
 /// `GET /api/models`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Models {
     /// The configured models, the default first.
-    pub models: Vec<ModelListing>,
+    pub models: Vec<PricedModel>,
     /// Whether the UI shows token usage.
     pub token_usage: TokenUsageShown,
+}
+
+/// A configured model with its prices (additive: clients price live usage, such as a
+/// running task card's, at the rates `/token-usage` uses).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PricedModel {
+    /// The listing.
+    #[serde(flatten)]
+    pub listing: ModelListing,
+    /// `models[].pricing` (SPEC §7.4); null when unpriced.
+    pub pricing: Option<ModelPricing>,
+}
+
+/// A model's prices per million tokens.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ModelPricing {
+    /// Upper-case currency code.
+    pub currency: String,
+    /// Uncached input.
+    pub input_per_million: f64,
+    /// Output.
+    pub output_per_million: f64,
+    /// Cached input; the input price applies when null.
+    pub input_cache_hit_per_million: Option<f64>,
 }
 
 /// `token_usage.enabled`.

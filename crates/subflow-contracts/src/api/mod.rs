@@ -7,6 +7,7 @@ pub mod batches;
 pub mod meta;
 pub mod numbers;
 pub mod runs;
+pub mod tasks;
 pub mod threads;
 pub mod usage;
 
@@ -17,6 +18,7 @@ pub use meta::{Assistant, Features, GraphSchema, Info, ModelListing, Models};
 pub use runs::{
     CancelAction, DisconnectAction, MultitaskStrategy, Run, RunInput, RunRequest, StreamMode,
 };
+pub use tasks::{TaskStatus, TaskStep, TaskSummary};
 pub use threads::{HistoryRequest, StateValues, Thread, ThreadCreate, ThreadSearch, ThreadState};
 pub use usage::{ModelUsage, TokenUsage};
 

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use super::ModelUsage;
+use super::usage::Cost;
 use crate::{RunStatus, RunStopReason};
 
 /// The run request body (SPEC §2.2); unknown fields are 422. The gateway parses the
@@ -233,6 +234,8 @@ pub struct Run {
     pub message_count: i64,
     /// Per-model buckets.
     pub token_usage_by_model: BTreeMap<String, ModelUsage>,
+    /// The run's own cost (SPEC §7.4), whatever its status; null when unpriced.
+    pub cost: Option<Cost>,
 }
 
 string_enum! {

@@ -45,9 +45,9 @@ pub struct ThreadSearch {
     #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<ThreadStatus>))]
     pub status: Option<String>,
-    /// Page size, default 10; a larger one reads as 1000.
+    /// Page size, default 10, 1-1000 (else 422).
     #[serde(default, deserialize_with = "super::numbers::option_whole_u32")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 1, maximum = 1000))]
     pub limit: Option<u32>,
     /// Threads to skip.
     #[serde(default, deserialize_with = "super::numbers::option_whole_u32")]
@@ -60,9 +60,9 @@ pub struct ThreadSearch {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct HistoryRequest {
-    /// Page size, default 10; a larger one reads as 1000.
+    /// Page size, default 10, 1-1000 (else 422).
     #[serde(default, deserialize_with = "super::numbers::option_whole_u32")]
-    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64))]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 1, maximum = 1000))]
     pub limit: Option<u32>,
     /// A checkpoint id, or a checkpoint config `{configurable: {checkpoint_id}}` or
     /// `{checkpoint_id}`, to page before; a config without an id pages from the newest.

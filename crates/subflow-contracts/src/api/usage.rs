@@ -39,8 +39,29 @@ pub struct TokenUsage {
     pub by_caller: CallerTotals,
     /// The cost, or null when nothing is priced or currencies mix.
     pub cost: Option<Cost>,
+    /// Runs that ended interrupted or timeout: never counted above, but their tokens
+    /// were spent.
+    pub stopped_runs: StoppedRuns,
     /// The latest state's size against the model's window; null when it cannot be read.
     pub context_usage: Option<ContextUsage>,
+}
+
+/// The stopped runs' share of [`TokenUsage`], summed beside the counted totals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoppedRuns {
+    /// Runs that ended `interrupted` or `timeout`.
+    pub runs: u64,
+    /// Sum of total tokens.
+    pub total_tokens: i64,
+    /// Sum of input tokens.
+    pub total_input_tokens: i64,
+    /// Sum of output tokens.
+    pub total_output_tokens: i64,
+    /// Tokens by caller bucket.
+    pub by_caller: CallerTotals,
+    /// Their cost, or null when nothing is priced or currencies mix.
+    pub cost: Option<Cost>,
 }
 
 /// A model's share of [`TokenUsage`].
@@ -75,6 +96,16 @@ pub struct Cost {
     pub total: f64,
     /// By model.
     pub by_model: BTreeMap<String, f64>,
+}
+
+/// The price of one task's usage at its model (SPEC §6.1, §7.4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskCost {
+    /// The model's currency, upper case.
+    pub currency: String,
+    /// Rounded to 6 decimals.
+    pub total: f64,
 }
 
 /// The latest state's estimated tokens against the model's context window.

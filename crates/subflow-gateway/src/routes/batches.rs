@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::{Body, Bytes};
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -24,8 +24,9 @@ use subflow_store::batches::{
 };
 use utoipa::IntoParams;
 
-use super::{Query, ThreadPath};
+use super::ThreadPath;
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
 /// `{thread_id}/subagent-batches/{batch_id}`.

@@ -1,15 +1,16 @@
 //! `GET /api/threads/{thread_id}/runs/{run_id}/events` (SPEC §6).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Deserialize;
 use subflow_contracts::api::ErrorBody;
 use subflow_contracts::{Permission, RunEvent};
 use subflow_store::{EventQuery, MAX_PAGE_LIMIT};
 use utoipa::IntoParams;
 
-use super::{Query, RunPath};
+use super::RunPath;
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
 /// The query of `…/events`. Numbers are read as text so a bad one is a 422 that names it.

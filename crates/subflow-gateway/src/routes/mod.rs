@@ -6,21 +6,23 @@
 pub mod assistants;
 pub mod batches;
 pub mod events;
+pub mod paging;
 pub mod runs;
+pub mod tasks;
 pub mod threads;
 pub mod token_usage;
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{FromRequestParts, State};
 use axum::http::StatusCode;
-use axum::http::request::Parts;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use subflow_contracts::api::{
-    Health, Info, Models, meta::InfoFlags, meta::InfoHost, meta::TokenUsageShown,
+use subflow_contracts::api::meta::{
+    InfoFlags, InfoHost, ModelPricing, PricedModel, TokenUsageShown,
 };
+use subflow_contracts::api::{Health, Info, Models};
 use subflow_contracts::ids::is_valid_thread_id;
 use utoipa::IntoParams;
 
@@ -49,21 +51,6 @@ pub struct RunPath {
     pub run_id: String,
 }
 
-/// The query string, parsed into `T`; a value of the wrong type is 422 like every bad input.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Query<T>(pub T);
-
-impl<T: DeserializeOwned, S: Send + Sync> FromRequestParts<S> for Query<T> {
-    type Rejection = ApiError;
-
-    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        axum::extract::Query::<T>::from_request_parts(parts, state)
-            .await
-            .map(|axum::extract::Query(value)| Query(value))
-            .map_err(|rejection| ApiError::Unprocessable(rejection.body_text()))
-    }
-}
-
 /// `GET /health`, without auth.
 #[utoipa::path(get, path = "/health", tag = "server", security(()),
     responses((status = 200, description = "The process serves", body = Health)))]
@@ -73,12 +60,30 @@ pub async fn health() -> Json<Health> {
     })
 }
 
-/// `GET /api/models` (SPEC §7.5): the configured models and whether token usage is shown.
+/// `GET /api/models` (SPEC §7.5), each model with its `pricing`.
 #[utoipa::path(get, path = "/api/models", tag = "server",
-    responses((status = 200, description = "The configured models, the default first", body = Models)))]
+    responses((status = 200, description = "The configured models, the default first, with their prices", body = Models)))]
 pub async fn models(State(state): State<AppState>) -> Json<Models> {
+    let models = state
+        .models
+        .iter()
+        .map(|listing| PricedModel {
+            listing: listing.clone(),
+            pricing: state
+                .model_facts
+                .iter()
+                .find(|facts| facts.name == listing.name)
+                .and_then(|facts| facts.pricing.as_ref())
+                .map(|price| ModelPricing {
+                    currency: price.currency.to_uppercase(),
+                    input_per_million: price.input_per_million,
+                    output_per_million: price.output_per_million,
+                    input_cache_hit_per_million: price.input_cache_hit_per_million,
+                }),
+        })
+        .collect();
     Json(Models {
-        models: state.models.clone(),
+        models,
         token_usage: TokenUsageShown {
             enabled: state.token_usage_enabled,
         },
@@ -131,6 +136,11 @@ pub fn parse_body<T: DeserializeOwned>(
             )));
         }
         Err(rejection) => {
+            if let Some(timeout) = crate::server::timed_out(rejection) {
+                return Err(ApiError::Timeout(format!(
+                    "Request body timed out: {timeout}"
+                )));
+            }
             return Err(ApiError::Unprocessable(format!(
                 "Invalid request body: {rejection}"
             )));

@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, RawQuery, State};
+use axum::extract::{Extension, RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::Response;
 use serde::Deserialize;
@@ -21,14 +21,16 @@ use tokio_util::sync::CancellationToken;
 use utoipa::IntoParams;
 
 use super::threads::not_found;
-use super::{Query, RunPath, ThreadPath, parse_body};
+use super::{RunPath, ThreadPath, paging, parse_body};
 use crate::auth::{Caller, authorize_run, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::stream::follow::RunFrame;
 use crate::stream::{
     self, RunLaunch,
     follow::{Follow, OnDisconnect, RejoinParams, check_cursor, last_event_id, sse_response},
 };
 use crate::trace::RequestTrace;
+use crate::usage::ModelFacts;
 use crate::{ApiError, AppState};
 
 /// A validated run request.
@@ -202,8 +204,9 @@ fn stamp_trace_id(accepted: &mut Accepted, trace_id: &str) {
     }
 }
 
-/// The Run object (SPEC §2.3) with the additive fields.
-fn run_body(run: &RunRecord) -> Run {
+/// The Run object (SPEC §2.3) with the additive fields, `cost` (SPEC §7.4, the run's
+/// own, whatever its status) among them.
+fn run_body(run: &RunRecord, models: &[ModelFacts]) -> Run {
     let usage = &run.usage;
     Run {
         run_id: run.run_id.clone(),
@@ -228,6 +231,7 @@ fn run_body(run: &RunRecord) -> Run {
         middleware_tokens: usage.middleware_tokens,
         message_count: usage.message_count,
         token_usage_by_model: usage.token_usage_by_model.clone(),
+        cost: crate::usage::cost(&[run], models),
     }
 }
 
@@ -400,7 +404,7 @@ pub async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Run>, ApiError> {
     let Started { run, .. } = start(&state, &caller, &thread_id, trace, &body).await?;
-    Ok(Json(run_body(&run)))
+    Ok(Json(run_body(&run, &state.model_facts)))
 }
 
 /// `POST …/runs/wait`: starts a run and answers with its final messages.
@@ -444,18 +448,19 @@ pub async fn wait(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
-    /// Page size, default 10; a larger one reads as 100.
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
-    limit: Option<u32>,
+    /// Page size, default 10, 1-100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 100)]
+    limit: Option<String>,
     /// Runs to skip.
     #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
-    offset: Option<u32>,
+    offset: Option<String>,
     /// Only runs with this status; empty means all.
     #[param(value_type = Option<RunStatus>)]
     status: Option<String>,
 }
 
-/// `GET …/runs`: the thread's runs, newest first.
+/// `GET …/runs?limit=10&offset=0&status=`: newest first, at most
+/// [`paging::RUNS_MAX_LIMIT`] per page.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/runs", tag = "runs", params(ThreadPath, ListParams),
     responses(
         (status = 200, description = "The thread's runs, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<Run>),
@@ -470,6 +475,9 @@ pub async fn list(
     Query(params): Query<ListParams>,
 ) -> Result<Json<Vec<Run>>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
+    let limit = paging::integer("limit", params.limit.as_deref())?;
+    let limit = paging::limit(limit, 10, paging::RUNS_MAX_LIMIT)?;
+    let offset = paging::integer("offset", params.offset.as_deref())?.unwrap_or(0);
     let status = params
         .status
         .filter(|s| !s.is_empty())
@@ -483,14 +491,13 @@ pub async fn list(
     }
     let runs = state
         .store
-        .list_runs(
-            &thread_id,
-            status,
-            params.limit.unwrap_or(10).min(100),
-            params.offset.unwrap_or(0),
-        )
+        .list_runs(&thread_id, status, limit, offset)
         .await?;
-    Ok(Json(runs.iter().map(run_body).collect()))
+    Ok(Json(
+        runs.iter()
+            .map(|run| run_body(run, &state.model_facts))
+            .collect(),
+    ))
 }
 
 /// `GET …/runs/{run_id}`: a run.
@@ -506,7 +513,7 @@ pub async fn get(
     Path(RunPath { thread_id, run_id }): Path<RunPath>,
 ) -> Result<Json<Run>, ApiError> {
     let run = authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
-    Ok(Json(run_body(&run)))
+    Ok(Json(run_body(&run, &state.model_facts)))
 }
 
 /// The query of a cancel.

@@ -3,21 +3,25 @@
 
 use axum::Json;
 use axum::body::Bytes;
+use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::Response;
+use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use subflow_contracts::api::threads::{CheckpointRef, IfExists};
 use subflow_contracts::api::{
     ErrorBody, HistoryRequest, Thread, ThreadCreate, ThreadSearch as SearchRequest, ThreadState,
 };
 use subflow_contracts::{Permission, RunStatus};
-use subflow_store::{Checkpoint, NewThread, ThreadRecord, ThreadSearch};
+use subflow_store::{Checkpoint, NewThread, Store, ThreadRecord, ThreadSearch};
 use utoipa::IntoParams;
 
-use super::{Query, ThreadPath, checked_thread_id, parse_body};
+use super::{ThreadPath, checked_thread_id, paging, parse_body};
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
 /// The Thread object, with the latest checkpoint's values.
@@ -119,19 +123,20 @@ pub fn not_found(thread_id: &str) -> ApiError {
     ApiError::NotFound(format!("Thread {thread_id} not found"))
 }
 
-/// `POST /api/threads/search`: the caller's threads, newest first.
+/// `POST /api/threads/search`: the caller's threads, newest first, streamed: each
+/// thread carries its latest values, so the page is written one thread at a time.
 #[utoipa::path(post, path = "/api/threads/search", tag = "threads",
     request_body(content = SearchRequest, description = "Every field optional"),
     responses(
         (status = 200, description = "The caller's matching threads, newest first", body = Vec<Thread>),
-        (status = 422, description = "Invalid body", body = ErrorBody),
+        (status = 422, description = "Invalid body, or a limit outside 1-1000", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn search(
     State(state): State<AppState>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Vec<Thread>>, ApiError> {
+) -> Result<Response, ApiError> {
     caller.require(Permission::ThreadsRead)?;
     let request: SearchRequest = parse_body(&body)?;
     let status = request
@@ -147,14 +152,17 @@ pub async fn search(
         owner: caller.user_id,
         metadata: request.metadata,
         status,
-        limit: request.limit.unwrap_or(10).min(1000),
+        limit: paging::limit(request.limit, 10, paging::SEARCH_MAX_LIMIT)?,
         offset: request.offset.unwrap_or(0),
     };
-    let mut threads = Vec::new();
-    for thread in state.store.search_threads(&search).await? {
-        threads.push(thread_body(&state, &thread).await?);
-    }
-    Ok(Json(threads))
+    let threads = state.store.search_threads(&search).await?;
+    let items = futures::stream::iter(threads).then(move |thread| searched(state.clone(), thread));
+    paging::json_array(items).await
+}
+
+/// One thread of a search result.
+async fn searched(state: AppState, thread: ThreadRecord) -> Result<Thread, ApiError> {
+    thread_body(&state, &thread).await
 }
 
 /// `DELETE /api/threads/{thread_id}`: cancels its active runs, then deletes all its data.
@@ -249,9 +257,9 @@ pub async fn state(
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
-    /// Page size, default 10; a larger one reads as 1000.
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
-    limit: Option<u32>,
+    /// Page size, default 10, 1-1000.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000)]
+    limit: Option<String>,
     /// A checkpoint id to page before.
     before: Option<String>,
 }
@@ -274,27 +282,71 @@ pub(crate) fn before_checkpoint(before: Option<&Value>) -> Result<Option<String>
     }
 }
 
+/// Checkpoints read from the store per step of a streamed history: whole states, so few.
+const HISTORY_PAGE: u32 = 8;
+
 /// The history of `thread`, as `authorize_thread` found it: none for an unowned id.
+/// Written a page of states at a time, newest first, until `limit` states.
 async fn history(
     state: &AppState,
     thread: Option<ThreadRecord>,
     params: HistoryRequest,
-) -> Result<Json<Vec<ThreadState>>, ApiError> {
+) -> Result<Response, ApiError> {
+    let limit = paging::limit(params.limit, 10, paging::HISTORY_MAX_LIMIT)?;
     let before = before_checkpoint(params.before.as_ref())?;
     // The request is checked in full before an unowned id answers with nothing.
     let Some(thread) = thread else {
-        return Ok(Json(Vec::new()));
+        return paging::json_array(futures::stream::empty::<Result<ThreadState, ApiError>>()).await;
     };
-    let thread_id = thread.thread_id.as_str();
-    let checkpoints = state
+    let cursor = HistoryCursor {
+        store: state.store.clone(),
+        thread_id: thread.thread_id,
+        left: limit,
+        before,
+    };
+    let pages = futures::stream::try_unfold(cursor, history_page);
+    paging::json_array(
+        pages
+            .map_ok(|page| futures::stream::iter(page.into_iter().map(Ok)))
+            .try_flatten(),
+    )
+    .await
+}
+
+/// Where a streamed history is.
+struct HistoryCursor {
+    store: Arc<dyn Store>,
+    thread_id: String,
+    /// States still to send.
+    left: u32,
+    /// The last checkpoint sent.
+    before: Option<String>,
+}
+
+/// The next page of a streamed history, newest first; `None` once `limit` states are
+/// out or the store has no older ones.
+async fn history_page(
+    mut cursor: HistoryCursor,
+) -> Result<Option<(Vec<ThreadState>, HistoryCursor)>, ApiError> {
+    if cursor.left == 0 {
+        return Ok(None);
+    }
+    let wanted = cursor.left.min(HISTORY_PAGE);
+    let page = cursor
         .store
-        .list_checkpoints(
-            thread_id,
-            params.limit.unwrap_or(10).min(1000),
-            before.as_deref(),
-        )
+        .list_checkpoints(&cursor.thread_id, wanted, cursor.before.as_deref())
         .await?;
-    Ok(Json(checkpoints.iter().map(state_body).collect()))
+    let Some(last) = page.last() else {
+        return Ok(None);
+    };
+    cursor.before = Some(last.checkpoint_id.clone());
+    // A short page is the end: nothing older is left.
+    cursor.left = if page.len() < wanted as usize {
+        0
+    } else {
+        cursor.left - wanted
+    };
+    Ok(Some((page.iter().map(state_body).collect(), cursor)))
 }
 
 /// `POST …/history` `{limit=10, before?}`: ThreadStates, newest first.
@@ -311,7 +363,7 @@ pub async fn history_post(
     caller: Caller,
     Path(ThreadPath { thread_id }): Path<ThreadPath>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Vec<ThreadState>>, ApiError> {
+) -> Result<Response, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let params: HistoryRequest = parse_body(&body)?;
     history(&state, thread, params).await
@@ -330,10 +382,10 @@ pub async fn history_get(
     caller: Caller,
     Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Query(query): Query<HistoryQuery>,
-) -> Result<Json<Vec<ThreadState>>, ApiError> {
+) -> Result<Response, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let request = HistoryRequest {
-        limit: query.limit,
+        limit: paging::integer("limit", query.limit.as_deref())?,
         before: query.before.map(Value::String),
     };
     history(&state, thread, request).await

@@ -1,15 +1,16 @@
 //! `GET /api/threads/{thread_id}/token-usage?include_active=false` (SPEC §7.3, §7.4).
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde::Deserialize;
 use subflow_contracts::Permission;
 use subflow_contracts::api::{ErrorBody, TokenUsage};
 use subflow_contracts::messages::Message;
 use utoipa::IntoParams;
 
-use super::{Query, ThreadPath};
+use super::ThreadPath;
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::{Path, Query};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
 

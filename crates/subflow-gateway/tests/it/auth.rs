@@ -53,6 +53,12 @@ const SPEC_PERMISSIONS: &[(&str, &str, &str)] = &[
         "/api/threads/{thread_id}/runs/{run_id}/events",
         "runs:read",
     ),
+    // SPEC §6.1: the auth of §6.
+    (
+        "get",
+        "/api/threads/{thread_id}/runs/{run_id}/tasks",
+        "runs:read",
+    ),
     (
         "get",
         "/api/threads/{thread_id}/token-usage",
@@ -722,6 +728,11 @@ async fn another_users_thread_is_404_on_every_route_and_nothing_of_it_leaks() {
     );
     let events = call(&app, "get", &scoped("/events"), Some(&bob_token), None).await;
     assert_eq!((events.status, events.body), (200, json!([])));
+    let tasks = call(&app, "get", &scoped("/tasks"), Some(&bob_token), None).await;
+    assert_eq!(
+        (tasks.status, tasks.body),
+        (404, json!({"detail": format!("Run {alice_run} not found")}))
+    );
     assert_eq!(
         call(&app, "get", &scoped("/join"), Some(&bob_token), None)
             .await

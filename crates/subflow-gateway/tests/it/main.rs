@@ -15,11 +15,15 @@ mod api;
 mod auth;
 mod batch_worker;
 mod batches;
+mod errors;
 mod export;
 mod langgraph;
 mod lifecycle;
+mod limits;
 mod metrics;
 mod resume;
+mod tasks;
+mod timeouts;
 
 /// A gateway on a free loopback port.
 #[allow(missing_debug_implementations)]
@@ -31,6 +35,8 @@ pub struct TestApp {
     pub metrics: Arc<subflow_telemetry::Metrics>,
     /// The execution slots its runtime shares between tasks and batch items.
     pub admission: Admission,
+    /// The SQLite file of its own store (none when the store was given).
+    pub sqlite: Option<std::path::PathBuf>,
     _dir: tempfile::TempDir,
 }
 
@@ -108,6 +114,10 @@ pub async fn spawn_app_with_worker(options: Options) -> (TestApp, subflow_batche
 /// A gateway built from `options` on a free loopback port.
 pub async fn spawn_app_with(options: Options) -> TestApp {
     let dir = tempfile::tempdir().unwrap();
+    let sqlite = options
+        .store
+        .is_none()
+        .then(|| dir.path().join("subflow.db"));
     let store: Arc<dyn Store> = match options.store {
         Some(store) => store,
         None => {
@@ -168,6 +178,7 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         store,
         metrics,
         admission,
+        sqlite,
         _dir: dir,
     }
 }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
-use subflow_contracts::messages::{AiMessage, Message, ToolCall, ToolMessage, ToolStatus};
+use subflow_contracts::messages::{AiMessage, Message, ToolCall, ToolMessage};
 use subflow_contracts::{SubagentStatus, SubagentStopReason};
 use subflow_models::{ChatModel, ChatRequest, assemble};
 use tokio_util::sync::CancellationToken;
@@ -22,7 +22,7 @@ use crate::output::TaskEmitter;
 use crate::runtime::RunContext;
 use crate::spans::{AgentTrace, ChatCall, new_span_id};
 use crate::tool_table::{ToolKind, ToolTable};
-use crate::tools::{ToolError, Workspace};
+use crate::tools::{ToolError, Workspace, answer};
 use crate::usage::Collector;
 
 /// How an execution ended; the first write wins (SPEC §10.5).
@@ -225,18 +225,7 @@ impl Execution {
                 call.name
             ))),
         };
-        let (content, status) = match outcome {
-            Ok(text) => (text, ToolStatus::Success),
-            Err(error) => (format!("Error: {error}"), ToolStatus::Error),
-        };
-        ToolMessage {
-            content: Value::String(content),
-            id: Some(Uuid::now_v7().to_string()),
-            name: Some(call.name.clone()),
-            tool_call_id: call.id.clone(),
-            status,
-            ..ToolMessage::default()
-        }
+        answer(call, outcome)
     }
 }
 

@@ -150,6 +150,7 @@ async fn supervise(
     let emitter = Arc::new(TaskEmitter::new(
         &call.id,
         &model_name,
+        &kind,
         run.sink.clone(),
         run.subagent_buffer.clone(),
     ));
@@ -216,7 +217,7 @@ async fn supervise(
                 Ok(Err(join_error)) => {
                     tracing::error!(target: LOG_TARGET, "[trace={trace}] task {} execution vanished: {join_error}", call.id);
                     if terminal.get().is_none() {
-                        emitter.terminal(TerminalEvent::Disappeared, None);
+                        emitter.terminal(TerminalEvent::Disappeared, None, None);
                         runtime_report(run, &collector);
                         let mut outcome = TaskOutcome::failed(DISAPPEARED_ERROR);
                         outcome.usage = collector.totals();
@@ -227,7 +228,7 @@ async fn supervise(
                     // The safety net: no terminal status long after the executor's own timeout.
                     tracing::error!(target: LOG_TARGET, "[trace={trace}] task {} polling timed out", call.id);
                     runtime_report(run, &collector);
-                    emitter.terminal(TerminalEvent::SafetyNetTimedOut, collector.totals());
+                    emitter.terminal(TerminalEvent::SafetyNetTimedOut, collector.totals(), None);
                     handle.abort();
                     let detail = format!("Task polling timed out after {} minutes. This may indicate the background task is stuck. Status: running", timeout_seconds / 60);
                     let mut outcome = TaskOutcome::new(SubagentStatus::PollingTimedOut);
@@ -271,7 +272,7 @@ async fn supervise(
         }
         _ => TerminalEvent::Failed(ended.error.clone().unwrap_or_default()),
     };
-    emitter.terminal(event, usage);
+    emitter.terminal(event, usage, ended.stop_reason);
     tracing::info!(target: LOG_TARGET, "[trace={trace}] task {} ended {}", call.id, ended.status);
     let ended_status = ended.status;
     let outcome = TaskOutcome {
@@ -317,7 +318,7 @@ async fn parent_cancelled(
         SubagentStatus::Failed => TerminalEvent::Failed(ended.error.unwrap_or_default()),
         _ => TerminalEvent::Cancelled(ended.error.unwrap_or_default()),
     };
-    emitter.terminal(event, collector.totals());
+    emitter.terminal(event, collector.totals(), ended.stop_reason);
     tracing::info!(
         target: LOG_TARGET,
         "[trace={}] task cancelled with its parent run",

@@ -96,6 +96,10 @@ async fn a_turn_cap_with_partial_text_completes_capped_and_without_text_fails() 
         tool.content,
         json!("Task Succeeded (capped: turn budget). Result: partial findings")
     );
+    // The persisted records keep what the live events do not carry, for `/tasks`.
+    let summary = &with_text.store.task_summaries("t1", "r1").await.unwrap()[0];
+    assert_eq!(summary.stop_reason.as_deref(), Some("turn_capped"));
+    assert_eq!(summary.subagent_type.as_deref(), Some("general-purpose"));
 
     let without_text = scripted_harness(
         json!([subagent(
@@ -664,6 +668,9 @@ async fn task_log_lines_carry_the_delegation_id_whatever_the_logging_settings() 
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other tests of this binary run on other threads with no subscriber; a callsite
+    // they reached first may have cached "never" before this one was set.
+    tracing::callsite::rebuild_interest_cache();
     let h = scripted_harness(json!([]), |_| {});
     h.run_spec("t1", "r1", "/task general-purpose Log it", |spec| {
         spec.delegation_trace = Some("0a1b2c3d".into())

@@ -22,6 +22,7 @@ pub mod checkpoints;
 pub mod events;
 pub mod records;
 pub mod streams;
+pub mod tasks;
 
 use crate::{EventQuery, NewRun, NewThread, Store};
 
@@ -56,6 +57,7 @@ impl Fixture {
 macro_rules! conformance_tests {
     ($factory:expr) => {
         $crate::event_conformance_tests!($factory);
+        $crate::task_conformance_tests!($factory);
         $crate::record_conformance_tests!($factory);
         $crate::checkpoint_conformance_tests!($factory);
         $crate::auth_conformance_tests!($factory);

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use subflow_contracts::{EventCategory, NewEvent, RunEvent};
 
 use crate::events::{AppendOutcome, EventQuery, EventStore};
+use crate::tasks::{self, TaskSummary};
 use crate::{MemoryStore, Result, validate_batch};
 
 #[async_trait]
@@ -58,6 +59,16 @@ impl EventStore for MemoryStore {
             .take(query.limit as usize)
             .cloned()
             .collect())
+    }
+
+    async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>> {
+        let inner = self.lock();
+        let rows = inner
+            .events
+            .get(thread_id)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        Ok(tasks::summarize_all(tasks::task_rows(rows, run_id)))
     }
 
     async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {

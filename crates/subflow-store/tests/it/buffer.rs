@@ -11,7 +11,9 @@ use subflow_store::buffer::{
     BufferKind, BufferPolicy, EventBuffer, EventScope, RetryPolicy, RetryQueue, StoreCounters,
 };
 use subflow_store::spill::SpillFile;
-use subflow_store::{AppendOutcome, Error, EventQuery, EventStore, MemoryStore, Result};
+use subflow_store::{
+    AppendOutcome, Error, EventQuery, EventStore, MemoryStore, Result, TaskSummary,
+};
 
 /// How a [`FaultyStore`] misbehaves.
 #[derive(Debug, Clone, Copy)]
@@ -83,6 +85,10 @@ impl EventStore for FaultyStore {
 
     async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {
         self.inner.list_messages(thread_id).await
+    }
+
+    async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>> {
+        self.inner.task_summaries(thread_id, run_id).await
     }
 }
 

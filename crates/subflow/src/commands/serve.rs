@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use anyhow::Context;
+use subflow_gateway::server::ConnectionTimeouts;
 use subflow_gateway::stream::StreamConfig;
 use subflow_gateway::usage::{ModelFacts, Price};
 use subflow_gateway::{AppOptions, BatchFeatures, ModelListing};
@@ -109,6 +110,11 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             enabled: config.subagent_batches.enabled,
             lease: Duration::from_secs(config.subagent_batches.lease_seconds),
             worker: None,
+        },
+        connections: ConnectionTimeouts {
+            idle: Duration::from_secs(config.server.idle_timeout_seconds),
+            header: Duration::from_secs(config.server.header_timeout_seconds),
+            body: Duration::from_secs(config.server.body_timeout_seconds),
         },
         ..AppOptions::new(runtime, listings(&config))
     }

@@ -1,11 +1,12 @@
 //! `subflow usage THREAD [--json]` (SPEC §15.2): a thread's token usage and cost from
 //! `GET /api/threads/{id}/token-usage` — totals, `by_caller`, `by_model` with a cost
-//! column, the cost total and currency, and the context usage. `--json` prints the
-//! response unchanged.
+//! column, the cost total and currency, what stopped runs spent beside them, and the
+//! context usage. `--json` prints the response unchanged.
 
 use std::fmt::Write as _;
 
 use serde_json::Value;
+use subflow_contracts::task_card::stopped_runs_line;
 
 use super::client::{Client, ClientArgs, encode};
 
@@ -134,6 +135,9 @@ fn report(usage: &Value) -> String {
             );
         }
     }
+    if let Some(line) = stopped_runs_line(&usage["stopped_runs"]) {
+        let _ = writeln!(out, "{line}");
+    }
     match usage.get("context_usage").filter(|c| c.is_object()) {
         Some(context) => {
             let tokens = count(&context["token_count"]);
@@ -198,5 +202,26 @@ Context   5,400 of 128,000 tokens (4.2%)
         );
         assert!(text.contains("Cost      — (no prices configured, or mixed currencies)\n"));
         assert!(text.contains("Context   530 tokens (no context window configured)\n"));
+        assert!(!text.contains("stopped"), "no run stopped: {text}");
+    }
+
+    #[test]
+    fn stopped_runs_are_shown_beside_the_totals() {
+        let stopped = json!({"runs": 1, "total_tokens": 1993, "total_input_tokens": 1500, "total_output_tokens": 493,
+            "by_caller": {"lead_agent": 600, "subagent": 1393, "middleware": 0}, "cost": {"currency": "USD", "total": 0.003986, "by_model": {}}});
+        assert_eq!(
+            stopped_runs_line(&stopped).as_deref(),
+            Some("+ 1,993 tokens, $0.004 in 1 stopped run")
+        );
+        let unpriced = json!({"runs": 2, "total_tokens": 12, "cost": null});
+        assert_eq!(
+            stopped_runs_line(&unpriced).as_deref(),
+            Some("+ 12 tokens in 2 stopped runs")
+        );
+        assert_eq!(
+            stopped_runs_line(&json!({"runs": 0, "total_tokens": 0})),
+            None
+        );
+        assert_eq!(stopped_runs_line(&Value::Null), None);
     }
 }

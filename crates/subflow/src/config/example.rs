@@ -17,6 +17,14 @@ pub const EXAMPLE: &str = r#"# subflow.toml: the configuration of `subflow` (SPE
 listen = "127.0.0.1:8001"
 # Extra origins allowed by CORS and by the local-mode origin check.
 cors_origins = []
+# Connection timeouts, 1-86400 seconds, so slow or silent clients cannot hold
+# connections: a connection with no request in flight is closed after
+# idle_timeout_seconds; a request's headers must arrive within header_timeout_seconds
+# of its first byte; its body within body_timeout_seconds of its headers (else 408).
+# A long answer (an SSE stream, /join, /runs/wait) is never cut by them.
+idle_timeout_seconds = 60
+header_timeout_seconds = 10
+body_timeout_seconds = 60
 
 [auth]
 # "local": every request is the user `default`; needs a loopback listen address.

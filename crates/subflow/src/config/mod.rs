@@ -136,6 +136,12 @@ pub struct ServerConfig {
     pub listen: String,
     /// Extra origins allowed by CORS and by the local-mode origin check.
     pub cors_origins: Vec<String>,
+    /// Seconds a connection may stay open with no request in flight.
+    pub idle_timeout_seconds: u64,
+    /// Seconds from a request's first byte to the end of its headers.
+    pub header_timeout_seconds: u64,
+    /// Seconds from the end of a request's headers to the end of its body (else 408).
+    pub body_timeout_seconds: u64,
 }
 
 impl Default for ServerConfig {
@@ -143,6 +149,9 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: "127.0.0.1:8001".to_owned(),
             cors_origins: Vec::new(),
+            idle_timeout_seconds: 60,
+            header_timeout_seconds: 10,
+            body_timeout_seconds: 60,
         }
     }
 }

@@ -76,6 +76,22 @@ impl Config {
                 format!("server.listen must be HOST:PORT, such as 127.0.0.1:8001, got {listen:?}"),
             )
         })?;
+        for (key, seconds) in [
+            (
+                "server.idle_timeout_seconds",
+                self.server.idle_timeout_seconds,
+            ),
+            (
+                "server.header_timeout_seconds",
+                self.server.header_timeout_seconds,
+            ),
+            (
+                "server.body_timeout_seconds",
+                self.server.body_timeout_seconds,
+            ),
+        ] {
+            range(key, seconds, 1, 86_400)?;
+        }
         if self.auth.mode == AuthMode::Local && !loopback {
             // The key is `server.listen` so the error names the source that set it.
             return Err(ConfigError::at("server.listen", LOCAL_MODE_NEEDS_LOOPBACK));

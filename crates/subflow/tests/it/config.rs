@@ -88,6 +88,14 @@ fn the_defaults_are_those_of_the_spec() {
     let config = Config::default();
     assert_eq!(config.server.listen, "127.0.0.1:8001");
     assert!(config.server.cors_origins.is_empty());
+    assert_eq!(
+        (
+            config.server.idle_timeout_seconds,
+            config.server.header_timeout_seconds,
+            config.server.body_timeout_seconds
+        ),
+        (60, 10, 60)
+    );
     assert_eq!(config.auth.mode, AuthMode::Local);
     assert_eq!(config.database.url, "sqlite://subflow.db");
     assert_eq!(config.database.max_connections, 10);
@@ -598,6 +606,10 @@ fn each_validation_rule_names_its_key() {
         (
             "[server]\nlisten = '8001'\n",
             "server.listen must be HOST:PORT",
+        ),
+        (
+            "[server]\nheader_timeout_seconds = 0\n",
+            "server.header_timeout_seconds must be between 1 and 86400, got 0",
         ),
         (
             "[database]\nmax_connections = 0\n",

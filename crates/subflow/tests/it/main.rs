@@ -5,6 +5,8 @@ mod batches;
 mod cli;
 mod client;
 mod config;
+mod connections;
+mod memory;
 mod recovery;
 mod sdk;
 mod tidy;

@@ -219,3 +219,39 @@ fn the_readme_test_command_is_what_ci_runs() {
         );
     }
 }
+
+#[test]
+fn gateway_handlers_take_paths_and_queries_through_the_json_extractors() {
+    // axum's own `Path` and `Query` reject with plain-text 400s; `extract.rs` wraps them
+    // so every rejection is a `{"detail": ...}` 422.
+    fn sources(dir: &Path, found: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                sources(&path, found);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                found.push(path);
+            }
+        }
+    }
+    let src = root().join("crates/subflow-gateway/src");
+    let mut files = Vec::new();
+    sources(&src, &mut files);
+    assert!(files.len() > 10);
+    for file in files.iter().filter(|f| !f.ends_with("extract.rs")) {
+        let text = std::fs::read_to_string(file).unwrap();
+        for line in text
+            .lines()
+            .filter(|l| l.trim_start().starts_with("use axum::extract"))
+        {
+            let names = line.split(['{', '}', ',', ':', ';', ' ']);
+            assert!(
+                !names
+                    .into_iter()
+                    .any(|name| name == "Path" || name == "Query"),
+                "{}: {line} (use crate::extract::{{Path, Query}})",
+                file.display()
+            );
+        }
+    }
+}

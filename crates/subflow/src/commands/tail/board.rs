@@ -6,7 +6,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Value, json};
 use subflow_contracts::task_card::{
-    self, Card, CardStatus, CardUpdate, CardView, Step, StepKind, ViewContext,
+    self, Card, CardStatus, CardUpdate, CardView, Step, ViewContext,
 };
 
 /// The cards of one run.
@@ -17,6 +17,8 @@ pub struct Board {
     turn_of: HashMap<String, u64>,
     /// Cards that task events of this run named.
     live: HashSet<String>,
+    /// A finished run's tasks, from its summaries: exactly the cards shown.
+    run_tasks: Option<Vec<String>>,
     turns: u64,
     loading: bool,
     models: Value,
@@ -31,6 +33,7 @@ impl Board {
             cards: HashMap::new(),
             turn_of: HashMap::new(),
             live: HashSet::new(),
+            run_tasks: None,
             turns: 0,
             loading: true,
             models: models.get("models").cloned().unwrap_or(Value::Null),
@@ -79,6 +82,23 @@ impl Board {
         self.update(id, &update);
     }
 
+    /// A run's task summaries (`GET …/runs/{run_id}/tasks`): its cards, painted before any
+    /// step is loaded, and from now on the only cards shown.
+    pub fn apply_summaries(&mut self, summaries: &Value) {
+        let mut ids = Vec::new();
+        for summary in summaries.as_array().into_iter().flatten() {
+            let (Some(id), Some(update)) = (
+                summary.get("task_id").and_then(Value::as_str),
+                task_card::summary_update(summary),
+            ) else {
+                continue;
+            };
+            self.update(id, &update);
+            ids.push(id.to_owned());
+        }
+        self.run_tasks = Some(ids);
+    }
+
     /// Steps from the `/events` backfill.
     pub fn apply_steps(&mut self, id: &str, steps: Vec<Step>) {
         let update = CardUpdate {
@@ -103,6 +123,9 @@ impl Board {
     /// The ids of the run's cards, in the order they appeared: the current turn's calls
     /// and the tasks its events named.
     pub fn shown_ids(&self) -> Vec<String> {
+        if let Some(ids) = &self.run_tasks {
+            return ids.clone();
+        }
         self.order
             .iter()
             .filter(|id| self.live.contains(*id) || self.turn_of.get(*id) == Some(&self.turns))
@@ -178,6 +201,7 @@ impl Board {
                 view.subagent_type.clone(),
                 view.model_label.clone(),
                 view.token_label.clone(),
+                view.cost_label.clone(),
             ]
             .into_iter()
             .flatten()
@@ -198,9 +222,9 @@ impl Board {
             lines.push(format!("{icon} {title}  [{}]", meta.join(" · ")));
             let mut status = format!("    {}", view.header);
             if view.status == CardStatus::InProgress
-                && let Some(step) = view.steps.last()
+                && let Some(step) = &view.latest_step
             {
-                status.push_str(&format!(" — latest: {}", step_summary(step)));
+                status.push_str(&format!(" — latest: {step}"));
             }
             lines.push(status);
             if let Some(result) = &view.result {
@@ -216,19 +240,6 @@ impl Board {
 
 fn first_line(text: &str) -> &str {
     text.trim().lines().next().unwrap_or("")
-}
-
-fn step_summary(step: &Step) -> String {
-    match step.kind {
-        StepKind::Tool => {
-            let name = step.tool_name.as_deref().unwrap_or("tool");
-            match first_line(&step.text) {
-                "" => name.to_owned(),
-                text => format!("{name}: {text}"),
-            }
-        }
-        StepKind::Ai => first_line(&step.text).to_owned(),
-    }
 }
 
 /// `line` cut to `width` characters, ending in `…` when cut.
@@ -332,6 +343,47 @@ mod tests {
         );
         // The JSON line still carries the usage: it is data, not a label.
         assert_eq!(board.records()[0].1["usage"]["total_tokens"], 500);
+    }
+
+    #[test]
+    fn a_finished_run_is_painted_from_its_summaries_with_counts_cost_and_only_its_tasks() {
+        let models = json!({"models": [{"name": "scripted", "model": "scripted-1", "display_name": "Scripted demo",
+            "pricing": {"currency": "USD", "input_per_million": 2.0, "output_per_million": 8.0}}], "token_usage": {"enabled": true}});
+        let mut board = Board::new(&models);
+        board.apply_values(&values(json!([{"type": "tool", "name": "task", "tool_call_id": "a", "content": "Task Succeeded. Result: done",
+            "additional_kwargs": {"subagent_status": "completed", "subagent_result_brief": "done"}}])));
+        let usage = json!({"input_tokens": 1500, "output_tokens": 493, "total_tokens": 1993});
+        board.apply_summaries(&json!([
+            {"task_id": "a", "subagent_type": "general-purpose", "description": "Background", "model_name": "scripted",
+             "status": "completed", "step_count": 2, "latest_step": {"kind": "tool", "text": "# Notes", "tool_name": "read_file"},
+             "result_step": {"kind": "ai", "text": "done", "tool_name": null}, "usage": usage},
+            {"task_id": "b", "subagent_type": "general-purpose", "description": "Risks", "model_name": "scripted",
+             "status": "cancelled", "step_count": 3, "latest_step": {"kind": "ai", "text": "Thinking", "tool_name": null},
+             "result_step": null, "usage": usage, "error": "Cancelled by user"}
+        ]));
+        board.end_turn();
+        assert_eq!(
+            board.shown_ids(),
+            ["a", "b"],
+            "the run's tasks, not the old turn's"
+        );
+        let records = board.records();
+        assert_eq!(records[0].1["step_count"], 2);
+        assert_eq!(records[0].1["status"], "completed");
+        assert_eq!(records[1].1["step_count"], 3);
+        assert_eq!(records[1].1["status"], "failed");
+        assert_eq!(records[1].1["error"], "Cancelled by user");
+        let lines = board.lines(200);
+        assert_eq!(
+            lines[1],
+            "✓ Background  [general-purpose · Scripted demo · 1,993 Tokens · $0.0069 · 2 steps]"
+        );
+        assert_eq!(lines[3], "    Result: done");
+        assert_eq!(
+            lines[4],
+            "✗ Risks  [general-purpose · Scripted demo · 1,993 Tokens · $0.0069 · 3 steps]"
+        );
+        assert_eq!(lines[6], "    Error: Cancelled by user");
     }
 
     #[test]

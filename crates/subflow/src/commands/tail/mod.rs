@@ -1,7 +1,9 @@
 //! `subflow tail THREAD [--run RUN] [--json]` (SPEC §15.2): follows a run's stream (modes
 //! `custom` and `values`) and shows one card per task with the §14.1 rules, redrawn in
 //! place on a terminal, else one JSON line per card change. It reconnects with
-//! `Last-Event-ID` and recovers from `gap` by reloading the state and the steps.
+//! `Last-Event-ID` and recovers from `gap` by reloading the state and the steps. A run
+//! that had already ended is not followed: its cards are printed once, final, from its
+//! task summaries (`…/runs/{run_id}/tasks`).
 //! Exit codes: 0 for a successful run, 1 for an error or timeout, 130 when the run or the
 //! command was interrupted.
 
@@ -417,6 +419,13 @@ pub async fn follow_run(
     show: Show,
 ) -> anyhow::Result<()> {
     let models = client.get_json("/api/models").await?;
+    if let Show::Cards { json } = show {
+        let run_path = format!("/api/threads/{}/runs/{}", encode(&thread), encode(&run));
+        let record = client.get_json(&run_path).await?;
+        if !is_active(&record) {
+            return show_finished(client, &thread, &record, &models, json).await;
+        }
+    }
     let latest = client
         .get_json(&format!("/api/threads/{}/runs?limit=1", encode(&thread)))
         .await?;
@@ -439,11 +448,7 @@ pub async fn follow_run(
         std::io::stdout().is_terminal()
     };
     let shared_terminal = terminal && stderr && std::io::stdout().is_terminal();
-    let width = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(100usize)
-        .max(20);
+    let width = terminal_width();
     let mut tail = Tail {
         client,
         thread,
@@ -484,22 +489,82 @@ pub async fn follow_run(
             encode(&tail.run)
         ))
         .await?;
+    outcome(&record, tail.error.as_deref())
+}
+
+fn is_active(record: &Value) -> bool {
+    matches!(
+        record.get("status").and_then(Value::as_str),
+        Some("pending" | "running")
+    )
+}
+
+/// A run that had ended before `tail` started: its cards painted once, final, from the
+/// thread's state (the ToolMessages) and the run's task summaries, rather than replaying
+/// its stream, which would show every card growing again.
+async fn show_finished(
+    client: Client,
+    thread: &str,
+    record: &Value,
+    models: &Value,
+    json: bool,
+) -> anyhow::Result<()> {
+    let run = record.get("run_id").and_then(Value::as_str).unwrap_or("");
+    let state = client
+        .get_json(&format!("/api/threads/{}/state", encode(thread)))
+        .await?;
+    let tasks = client
+        .get_json(&format!(
+            "/api/threads/{}/runs/{}/tasks",
+            encode(thread),
+            encode(run)
+        ))
+        .await?;
+    let mut board = Board::new(models);
+    board.apply_values(&state["values"]);
+    board.apply_summaries(&tasks);
+    board.end_turn();
+    let terminal = std::io::stdout().is_terminal();
+    let mut screen = Screen {
+        stderr: false,
+        json: json || !terminal,
+        width: terminal_width(),
+        drawn: 0,
+        printed: HashMap::new(),
+        last_lines: Vec::new(),
+    };
+    eprintln!("subflow: run {run} of thread {thread} has ended");
+    screen.show(&board)?;
+    outcome(record, None)
+}
+
+/// The exit of SPEC §15.2 for a run's final record: 0 for success, 130 when interrupted,
+/// else 1 with the error.
+fn outcome(record: &Value, stream_error: Option<&str>) -> anyhow::Result<()> {
+    let run = record.get("run_id").and_then(Value::as_str).unwrap_or("?");
     let status = record
         .get("status")
         .and_then(Value::as_str)
         .unwrap_or("unknown");
-    let detail = tail
-        .error
-        .as_deref()
+    let detail = stream_error
         .or(record.get("error").and_then(Value::as_str))
         .map(|error| format!(": {error}"))
         .unwrap_or_default();
     match status {
         "success" => {
-            eprintln!("subflow: run {} ended: success", tail.run);
+            eprintln!("subflow: run {run} ended: success");
             Ok(())
         }
-        "interrupted" => Err(Exit::new(130, format!("run {} was interrupted", tail.run)).into()),
-        other => Err(Exit::new(1, format!("run {} ended: {other}{detail}", tail.run)).into()),
+        "interrupted" => Err(Exit::new(130, format!("run {run} was interrupted")).into()),
+        other => Err(Exit::new(1, format!("run {run} ended: {other}{detail}")).into()),
     }
+}
+
+/// `$COLUMNS`, else 100, at least 20.
+fn terminal_width() -> usize {
+    std::env::var("COLUMNS")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(100usize)
+        .max(20)
 }

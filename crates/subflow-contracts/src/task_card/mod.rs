@@ -6,6 +6,10 @@
 //! here (camelCase, every card key present) are the ones that table compares. Inputs
 //! are untrusted JSON, so every reader tolerates any shape.
 
+mod backfill;
+mod cost;
+mod summary;
+
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
@@ -15,6 +19,13 @@ use crate::status::SubagentStopReason;
 use crate::task_events::flatten_content as flatten_optional;
 use crate::task_result::{CardState, TokenUsage, non_negative_integer, read_task_status};
 use crate::text::js_trim;
+
+pub use backfill::{BackfillNext, backfill_next, backfill_path, backfill_steps, should_backfill};
+pub use cost::{
+    Cost, Price, card_cost, cost_label, format_cost, has_prices, price_of, stopped_runs_line,
+    usage_cost,
+};
+pub use summary::{Brief, CardSummary, Listed, listed_steps, step_line, summary_update};
 
 /// Records per backfill page.
 pub const BACKFILL_LIMIT: usize = 500;
@@ -85,6 +96,7 @@ impl From<TokenUsage> for CardUsage {
 
 /// Whether a step is a model turn or a tool result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum StepKind {
     /// A model turn, possibly requesting tools.
@@ -153,6 +165,8 @@ pub struct Card {
     pub latest_message: Option<Value>,
     /// The steps, by `message_index`.
     pub steps: Vec<Step>,
+    /// What the task's summary (`/tasks`) says of its steps, before any are loaded.
+    pub summary: Option<CardSummary>,
 }
 
 /// What a source knows about a card: a shallow overlay, `None` meaning "not given".
@@ -195,6 +209,9 @@ pub struct CardUpdate {
     /// Step deltas, merged by `message_index`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub steps: Option<Vec<Step>>,
+    /// A task summary's account of the steps.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub summary: Option<CardSummary>,
 }
 
 /// When a merge should reach the screen.
@@ -424,6 +441,9 @@ pub fn merge_card(card: &Card, update: &CardUpdate) -> Merged {
     if let Some(steps) = &update.steps {
         next.steps = merge_steps(&card.steps, steps);
     }
+    if update.summary.is_some() {
+        next.summary.clone_from(&update.summary);
+    }
     let changed = next != *card;
     let became_terminal = next.status.is_terminal() && next.status != card.status;
     let publish = if became_terminal {
@@ -608,8 +628,12 @@ pub struct CardView {
     pub result: Option<String>,
     /// The error, when failed.
     pub error: Option<String>,
-    /// All steps received.
-    pub step_count: usize,
+    /// The cost label: usage at the model's price, when token usage is shown.
+    pub cost_label: Option<String>,
+    /// The steps an expanded card lists ([`listed_steps`]).
+    pub step_count: u64,
+    /// The latest of them in one line.
+    pub latest_step: Option<String>,
     /// The steps listed.
     pub steps: Vec<Step>,
 }
@@ -617,6 +641,7 @@ pub struct CardView {
 /// The view of a card.
 pub fn card_view(card: &Card, context: &ViewContext) -> CardView {
     let status = display_status(card, context.turn_loading);
+    let listed = listed_steps(card, status);
     CardView {
         id: card.id.clone(),
         status,
@@ -634,7 +659,18 @@ pub fn card_view(card: &Card, context: &ViewContext) -> CardView {
             .clone()
             .filter(|_| status == CardStatus::Completed),
         error: card.error.clone().filter(|_| status == CardStatus::Failed),
-        step_count: card.steps.len(),
+        cost_label: context
+            .token_usage_enabled
+            .then(|| {
+                cost_label(
+                    card.usage.as_ref(),
+                    card.model_name.as_deref(),
+                    &context.models,
+                )
+            })
+            .flatten(),
+        step_count: listed.count,
+        latest_step: step_line(listed.latest.as_ref()),
         steps: display_steps(&card.steps, status),
     }
 }
@@ -699,100 +735,5 @@ pub fn message_card_updates(messages: &Value) -> MessageCardUpdates {
     MessageCardUpdates {
         turns: turn,
         updates,
-    }
-}
-
-/// Whether expanding a card should fetch its steps.
-pub fn should_backfill(
-    card: &Card,
-    expanded: bool,
-    thread_id: Option<&str>,
-    run_id: Option<&str>,
-) -> bool {
-    let given = |id: Option<&str>| id.is_some_and(|id| !js_trim(id).is_empty());
-    expanded && card.steps.is_empty() && given(thread_id) && given(run_id)
-}
-
-/// JavaScript's `encodeURIComponent`.
-fn encode_component(text: &str) -> String {
-    let mut encoded = String::with_capacity(text.len());
-    for byte in text.bytes() {
-        if byte.is_ascii_alphanumeric() || b"-_.!~*'()".contains(&byte) {
-            encoded.push(char::from(byte));
-        } else {
-            encoded.push_str(&format!("%{byte:02X}"));
-        }
-    }
-    encoded
-}
-
-/// The path of one backfill page.
-pub fn backfill_path(
-    thread_id: &str,
-    run_id: &str,
-    task_id: &str,
-    after_seq: Option<u64>,
-) -> String {
-    let path = format!(
-        "/api/threads/{}/runs/{}/events?event_types=subagent.step&task_id={}&limit={BACKFILL_LIMIT}",
-        encode_component(thread_id),
-        encode_component(run_id),
-        encode_component(task_id)
-    );
-    match after_seq {
-        Some(seq) => format!("{path}&after_seq={seq}"),
-        None => path,
-    }
-}
-
-/// The steps of one task in a page of `/events` records.
-pub fn backfill_steps(records: &Value, task_id: &str) -> Vec<Step> {
-    let steps: Vec<Step> = records
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter(|record| {
-            let matches = |field: &str| {
-                record
-                    .get(field)
-                    .and_then(|f| f.get("task_id"))
-                    .and_then(Value::as_str)
-                    == Some(task_id)
-            };
-            record.get("event_type").and_then(Value::as_str) == Some("subagent.step")
-                && (matches("content") || matches("metadata"))
-        })
-        .filter_map(step_from_record)
-        .collect();
-    merge_steps(&[], &steps)
-}
-
-/// Where backfill paging goes after a page.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BackfillNext {
-    /// No further page.
-    pub done: bool,
-    /// The cursor of the next page.
-    pub after_seq: Option<u64>,
-}
-
-/// Done on a page shorter than `limit`, a record without `seq`, or after
-/// [`BACKFILL_MAX_PAGES`] pages; else on from the page's last `seq`.
-pub fn backfill_next(records: &Value, pages_fetched: u32, limit: usize) -> BackfillNext {
-    let page = records.as_array().map(Vec::as_slice).unwrap_or_default();
-    let seqs: Option<Vec<u64>> = page
-        .iter()
-        .map(|record| record.get("seq").and_then(non_negative_integer))
-        .collect();
-    match seqs {
-        Some(seqs) if page.len() >= limit && pages_fetched < BACKFILL_MAX_PAGES => BackfillNext {
-            done: false,
-            after_seq: seqs.last().copied(),
-        },
-        _ => BackfillNext {
-            done: true,
-            after_seq: None,
-        },
     }
 }
