@@ -23,8 +23,8 @@ use subflow_store::batches::{
 use time::OffsetDateTime;
 
 use crate::auth::{Caller, authorize_thread};
-use crate::extract::{Path, Query};
 use crate::batch_progress::{Progress, progress, window_start};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
 /// 404 for a missing, foreign or other-thread batch.

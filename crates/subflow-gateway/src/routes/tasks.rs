@@ -2,7 +2,7 @@
 //! of a run, so clients paint finished and reloaded cards before any is expanded.
 
 use axum::Json;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use serde_json::{Value, json};
 use subflow_contracts::task_result::{TASK_TEXT_CAP, bound_text};
 use subflow_contracts::{Permission, RunStatus, TaskEndStatus};
@@ -10,6 +10,7 @@ use subflow_store::TaskSummary;
 
 use super::threads::not_found;
 use crate::auth::{Caller, authorize_thread};
+use crate::extract::Path;
 use crate::usage::task_cost;
 use crate::{ApiError, AppState};
 

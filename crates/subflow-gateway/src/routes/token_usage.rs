@@ -10,8 +10,8 @@ use subflow_store::batches::{ActivityQuery, BatchScope};
 use time::OffsetDateTime;
 
 use crate::auth::{Caller, authorize_thread};
-use crate::extract::{Path, Query};
 use crate::batch_progress::{thread_section, window_start};
+use crate::extract::{Path, Query};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
 
