@@ -22,6 +22,7 @@ mod lifecycle;
 mod limits;
 mod metrics;
 mod resume;
+mod storage;
 mod timeouts;
 
 /// A gateway on a free loopback port.
