@@ -5,6 +5,8 @@
 //! back what changed. Lease and heartbeat times are the database's `now()` in epoch
 //! milliseconds, read in the same statement that locks the batch row.
 
+mod activity;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,9 +15,10 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use subflow_contracts::{BatchItemStatus, BatchStatus};
 use subflow_store::batches::machine::{self, Now};
 use subflow_store::batches::{
-    BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
-    ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure, ItemLease, ItemQuery,
-    ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted, WorkerHeartbeat,
+    ActivityQuery, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope,
+    BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure,
+    ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted,
+    WorkerHeartbeat,
 };
 use subflow_store::streams::millis;
 use subflow_store::{Error, Result, codec};
@@ -860,5 +863,13 @@ impl BatchStore for PostgresStore {
             cancelled: unsigned(&row, "cancelled")?,
         };
         Ok(BatchTotals::new(batches, items))
+    }
+
+    async fn batch_activity(
+        &self,
+        scope: &BatchScope,
+        query: &ActivityQuery,
+    ) -> Result<Vec<BatchActivity>> {
+        activity::batch_activity(self, scope, query).await
     }
 }

@@ -6,6 +6,8 @@
 //!
 //! [`Clock`]: subflow_store::batches::Clock
 
+mod activity;
+
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,9 +15,10 @@ use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
 use subflow_contracts::{BatchItemStatus, BatchStatus};
 use subflow_store::batches::machine::{self, Now};
 use subflow_store::batches::{
-    BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
-    ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure, ItemLease, ItemQuery,
-    ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted, WorkerHeartbeat,
+    ActivityQuery, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope,
+    BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure,
+    ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted,
+    WorkerHeartbeat,
 };
 use subflow_store::streams::millis;
 use subflow_store::{Result, codec};
@@ -800,5 +803,13 @@ impl BatchStore for SqliteStore {
             Ok(BatchTotals::new(batches, items))
         })
         .await
+    }
+
+    async fn batch_activity(
+        &self,
+        scope: &BatchScope,
+        query: &ActivityQuery,
+    ) -> Result<Vec<BatchActivity>> {
+        activity::batch_activity(self, scope, query).await
     }
 }

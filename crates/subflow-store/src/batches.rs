@@ -27,7 +27,10 @@ use uuid::Uuid;
 
 use crate::{Error, Result};
 
+pub mod activity;
 pub mod machine;
+
+pub use activity::{ActivityQuery, ActivityRow, BatchActivity, ModelItemUsage, fold_activity};
 
 /// Prefix of a batch id, followed by 32 hex digits.
 pub const BATCH_ID_PREFIX: &str = "subagent-batch-";
@@ -987,4 +990,13 @@ pub trait BatchStore: Send + Sync + fmt::Debug {
 
     /// Batches and items per status over every user, for the gauges.
     async fn batch_totals(&self) -> Result<BatchTotals>;
+
+    /// The spend and recent pace of the scope's batches ([`ActivityQuery`]), one entry per
+    /// batch that has an item with usage or a recent completion, ordered by batch id;
+    /// batches outside the scope are left out.
+    async fn batch_activity(
+        &self,
+        scope: &BatchScope,
+        query: &ActivityQuery,
+    ) -> Result<Vec<BatchActivity>>;
 }

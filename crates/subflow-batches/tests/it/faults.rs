@@ -167,4 +167,11 @@ impl BatchStore for Faults {
     async fn batch_totals(&self) -> Result<BatchTotals> {
         self.inner.batch_totals().await
     }
+    async fn batch_activity(
+        &self,
+        scope: &BatchScope,
+        query: &subflow_store::ActivityQuery,
+    ) -> Result<Vec<subflow_store::BatchActivity>> {
+        self.inner.batch_activity(scope, query).await
+    }
 }

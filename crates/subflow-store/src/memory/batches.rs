@@ -11,9 +11,10 @@ use subflow_contracts::{BatchItemStatus, BatchStatus};
 
 use crate::batches::machine::{self, Now};
 use crate::batches::{
-    BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
-    ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure, ItemLease, ItemQuery,
-    ItemSuccess, ReleaseReason, Renewal, RetryOutcome, Submitted, WorkerHeartbeat,
+    ActivityQuery, ActivityRow, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord,
+    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE,
+    ItemFailure, ItemLease, ItemQuery, ItemSuccess, ReleaseReason, Renewal, RetryOutcome,
+    Submitted, WorkerHeartbeat, fold_activity,
 };
 use crate::streams::millis;
 use crate::{MemoryStore, Result};
@@ -417,4 +418,42 @@ impl BatchStore for MemoryStore {
         }
         Ok(BatchTotals::new(batches, items))
     }
+
+    async fn batch_activity(
+        &self,
+        scope: &BatchScope,
+        query: &ActivityQuery,
+    ) -> Result<Vec<BatchActivity>> {
+        query.validate()?;
+        let tables = self.batches.lock();
+        let named = |id: &String| query.batch_ids.as_ref().is_none_or(|ids| ids.contains(id));
+        let rows = tables
+            .batches
+            .iter()
+            .filter(|stored| scope.sees(&stored.batch) && named(&stored.batch.id))
+            .flat_map(|stored| stored.items.iter())
+            .map(|item| {
+                let recent = recently_completed(item, &query.completed_since);
+                ActivityRow {
+                    batch_id: item.batch_id.clone(),
+                    model_name: item.model_name.clone(),
+                    items_with_usage: u64::from(item.token_usage.is_some()),
+                    usage: item.token_usage.unwrap_or_default(),
+                    recent_completions: u64::from(recent),
+                    recent_first_start: recent
+                        .then(|| item.started_at.clone().or(item.completed_at.clone()))
+                        .flatten(),
+                }
+            });
+        Ok(fold_activity(rows))
+    }
+}
+
+/// Whether `item` became `succeeded` or `failed` at or after `since` (RFC 3339 stamps of
+/// one fixed width compare as text, as the SQL backends compare them).
+fn recently_completed(item: &BatchItem, since: &str) -> bool {
+    matches!(
+        item.status,
+        BatchItemStatus::Succeeded | BatchItemStatus::Failed
+    ) && item.completed_at.as_deref().is_some_and(|at| at >= since)
 }

@@ -23,9 +23,11 @@ use crate::{
     ReleaseReason, Renewal, RetryOutcome, Store, WorkerHeartbeat,
 };
 
+mod activity;
 mod control;
 mod leases;
 
+pub use activity::*;
 pub use control::*;
 pub use leases::*;
 
@@ -55,6 +57,7 @@ macro_rules! batch_conformance_tests {
             batches_heartbeats_count_live_workers,
             batches_totals_count_batches_and_items_by_status,
             batches_concurrent_claim_passes_never_lease_an_item_twice,
+            batches_activity_sums_usage_per_model_and_counts_recent_completions,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {

@@ -499,4 +499,11 @@ impl BatchStore for CountingStore {
     async fn batch_totals(&self) -> StoreResult<BatchTotals> {
         self.inner.batch_totals().await
     }
+    async fn batch_activity(
+        &self,
+        scope: &BatchScope,
+        query: &subflow_store::ActivityQuery,
+    ) -> StoreResult<Vec<subflow_store::BatchActivity>> {
+        self.inner.batch_activity(scope, query).await
+    }
 }
