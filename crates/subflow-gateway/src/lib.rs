@@ -13,6 +13,7 @@
 
 mod app;
 pub mod auth;
+pub mod batch_progress;
 mod error;
 mod extract;
 mod metrics;

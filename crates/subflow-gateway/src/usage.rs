@@ -71,7 +71,8 @@ pub fn bucket_cost(bucket: &ModelUsage, price: &Price) -> f64 {
         + bucket.output_tokens.max(0) as f64 / 1e6 * price.output_per_million
 }
 
-fn round6(value: f64) -> f64 {
+/// `value` rounded to 6 decimals, as every amount is reported.
+pub fn round6(value: f64) -> f64 {
     (value * 1e6).round() / 1e6
 }
 
@@ -137,13 +138,21 @@ pub fn task_cost(usage: &TokenUsage, model: &str, models: &[ModelFacts]) -> Opti
 
 /// The `cost` object over counted runs, or null when nothing is priced or currencies mix.
 pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Value {
+    cost_of(
+        runs.iter()
+            .flat_map(|run| run_costs(&run.usage, run.model_name.as_deref(), models)),
+    )
+}
+
+/// The `cost` object of priced amounts (SPEC §7.4 aggregation): `by_model` and `total`
+/// rounded to 6 decimals, or null when nothing is priced or currencies mix. Shared by
+/// runs and batch items.
+pub fn cost_of(costs: impl IntoIterator<Item = RunCost>) -> Value {
     let mut by_model: BTreeMap<String, f64> = BTreeMap::new();
     let mut currencies: Vec<String> = Vec::new();
-    for run in runs {
-        for (model, currency, amount) in run_costs(&run.usage, run.model_name.as_deref(), models) {
-            currencies.push(currency);
-            *by_model.entry(model).or_default() += amount;
-        }
+    for (model, currency, amount) in costs {
+        currencies.push(currency);
+        *by_model.entry(model).or_default() += amount;
     }
     currencies.sort_unstable();
     currencies.dedup();

@@ -17,12 +17,14 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use subflow_contracts::{BatchItemStatus, Permission};
 use subflow_store::batches::{
-    BatchItem, BatchQuery, BatchRecord, BatchScope, EXPORT_PAGE, ITEMS_MAX_LIMIT, ItemQuery,
-    LIST_MAX_LIMIT, RetryOutcome,
+    ActivityQuery, BatchActivity, BatchItem, BatchQuery, BatchRecord, BatchScope, EXPORT_PAGE,
+    ITEMS_MAX_LIMIT, ItemQuery, LIST_MAX_LIMIT, RetryOutcome,
 };
+use time::OffsetDateTime;
 
 use crate::auth::{Caller, authorize_thread};
 use crate::extract::{Path, Query};
+use crate::batch_progress::{Progress, progress, window_start};
 use crate::{ApiError, AppState};
 
 /// 404 for a missing, foreign or other-thread batch.
@@ -112,8 +114,9 @@ fn store_error(error: subflow_store::Error) -> ApiError {
     }
 }
 
-/// The public fields of a batch (SPEC §12.3), `counts` always with all seven statuses.
-pub fn public_batch(batch: &BatchRecord) -> Value {
+/// The public fields of a batch (SPEC §12.3), `counts` always with all seven statuses,
+/// then the additive progress fields.
+pub fn public_batch(batch: &BatchRecord, progress: &Progress) -> Value {
     json!({
         "id": batch.id,
         "thread_id": batch.thread_id,
@@ -128,7 +131,50 @@ pub fn public_batch(batch: &BatchRecord) -> Value {
         "updated_at": batch.updated_at,
         "completed_at": batch.completed_at,
         "counts": batch.counts,
+        "usage": progress.usage,
+        "cost": progress.cost,
+        "items_per_minute": progress.items_per_minute,
+        "eta_seconds": progress.eta_seconds,
+        "projected_cost": progress.projected_cost,
     })
+}
+
+/// The public batches with their progress, from one activity read of the store.
+async fn present(
+    state: &AppState,
+    scope: &BatchScope,
+    batches: &[BatchRecord],
+) -> Result<Vec<Value>, ApiError> {
+    if batches.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = OffsetDateTime::now_utc();
+    let query = ActivityQuery {
+        batch_ids: Some(batches.iter().map(|batch| batch.id.clone()).collect()),
+        completed_since: window_start(now),
+    };
+    let activities = state
+        .store
+        .batch_activity(scope, &query)
+        .await
+        .map_err(store_error)?;
+    Ok(batches
+        .iter()
+        .map(|batch| {
+            let activity = BatchActivity::find(&activities, &batch.id);
+            public_batch(batch, &progress(batch, &activity, now, &state.model_facts))
+        })
+        .collect())
+}
+
+/// One public batch with its progress.
+async fn present_one(
+    state: &AppState,
+    scope: &BatchScope,
+    batch: BatchRecord,
+) -> Result<Json<Value>, ApiError> {
+    let mut presented = present(state, scope, std::slice::from_ref(&batch)).await?;
+    Ok(Json(presented.pop().unwrap_or(Value::Null)))
 }
 
 /// The public fields of an item (SPEC §12.3); never its prompt, lease or result.
@@ -239,7 +285,7 @@ pub async fn list(
         .list_batches(&scope, &query)
         .await
         .map_err(store_error)?;
-    Ok(Json(batches.iter().map(public_batch).collect()))
+    Ok(Json(present(&state, &scope, &batches).await?))
 }
 
 /// `GET /{batch_id}`.
@@ -249,7 +295,8 @@ pub async fn get(
     Path((thread_id, batch_id)): Path<(String, String)>,
 ) -> Result<Json<Value>, ApiError> {
     let scope = scope(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
-    Ok(Json(public_batch(&load(&state, &scope, &batch_id).await?)))
+    let batch = load(&state, &scope, &batch_id).await?;
+    present_one(&state, &scope, batch).await
 }
 
 /// `GET /{batch_id}/items` parameters.
@@ -318,7 +365,7 @@ async fn control(
     .map_err(store_error)?
     .ok_or_else(not_found)?;
     tracing::info!(batch_id, ?control, status = %changed.status, user_id = %caller.user_id, "batch control");
-    Ok(Json(public_batch(&changed)))
+    present_one(state, &scope, changed).await
 }
 
 /// `POST /{batch_id}/pause`: queued or running → paused, else a 200 no-op.

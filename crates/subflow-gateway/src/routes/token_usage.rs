@@ -6,9 +6,12 @@ use serde::Deserialize;
 use serde_json::Value;
 use subflow_contracts::Permission;
 use subflow_contracts::messages::Message;
+use subflow_store::batches::{ActivityQuery, BatchScope};
+use time::OffsetDateTime;
 
 use crate::auth::{Caller, authorize_thread};
 use crate::extract::{Path, Query};
+use crate::batch_progress::{thread_section, window_start};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
 
@@ -73,5 +76,19 @@ pub async fn get(
         Err(_) => Value::Null,
     };
     body["context_usage"] = context;
+    // Batch items have no parent journal and stay out of every total above (SPEC
+    // §12.12); their spend is reported beside them.
+    let activities = match owned {
+        Some(_) => {
+            let scope = BatchScope::thread(&caller.user_id, &thread_id);
+            let query = ActivityQuery {
+                batch_ids: None,
+                completed_since: window_start(OffsetDateTime::now_utc()),
+            };
+            state.store.batch_activity(&scope, &query).await?
+        }
+        None => Vec::new(),
+    };
+    body["batches"] = thread_section(&activities, &state.model_facts);
     Ok(Json(body))
 }

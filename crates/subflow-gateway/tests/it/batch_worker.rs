@@ -130,7 +130,32 @@ async fn slash_batch_items_run_to_completion_and_leave_nothing_in_the_submitting
             .iter()
             .all(|e| !e["event_type"].as_str().unwrap().starts_with("subagent."))
     );
-    assert_eq!(get(&app, "/api/threads/t1/token-usage").await, usage_before);
+    // Their spend is reported beside the totals, in `batches`, and only there.
+    let mut usage_after = get(&app, "/api/threads/t1/token-usage").await;
+    let section = usage_after.as_object_mut().unwrap().remove("batches");
+    let mut usage_before = usage_before;
+    let empty = usage_before.as_object_mut().unwrap().remove("batches");
+    assert_eq!(usage_after, usage_before);
+    assert_eq!(
+        empty,
+        Some(json!({"items": 0, "total_tokens": 0, "cost": null}))
+    );
+    let section = section.unwrap();
+    let item_tokens: u64 = lines
+        .iter()
+        .map(|l| l["token_usage"]["total_tokens"].as_u64().unwrap())
+        .sum();
+    assert_eq!(section["items"], 3);
+    assert_eq!(section["total_tokens"], item_tokens);
+    assert_eq!(section["cost"]["currency"], "USD");
+    assert_eq!(section["cost"]["total"], batch["cost"]["total"]);
+    // The finished batch's progress: summed usage, its cost, the pace of the last five
+    // minutes, no ETA and a projection that is the cost itself.
+    assert_eq!(batch["usage"]["total_tokens"], item_tokens);
+    assert!(batch["cost"]["total"].as_f64().unwrap() > 0.0, "{batch}");
+    assert!(batch["items_per_minute"].as_f64().unwrap() > 0.0, "{batch}");
+    assert_eq!(batch["eta_seconds"], Value::Null);
+    assert_eq!(batch["projected_cost"], batch["cost"]["total"]);
     assert_eq!(*heard.0.lock().unwrap(), heard_before);
     // The ended run's stream log holds what it held when it ended: no item frames.
     let log = app

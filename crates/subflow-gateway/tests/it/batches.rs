@@ -72,20 +72,25 @@ fn success(text: &str) -> ItemSuccess {
     }
 }
 
-const PUBLIC_BATCH_KEYS: [&str; 13] = [
+const PUBLIC_BATCH_KEYS: [&str; 18] = [
     "completed_at",
+    "cost",
     "counts",
     "created_at",
+    "eta_seconds",
     "id",
+    "items_per_minute",
     "max_attempts",
     "max_live_items",
     "max_running_items",
+    "projected_cost",
     "status",
     "subagent_type",
     "thread_id",
     "title",
     "total_items",
     "updated_at",
+    "usage",
 ];
 
 const PUBLIC_ITEM_KEYS: [&str; 18] = [
@@ -189,6 +194,66 @@ async fn a_batch_and_its_items_show_only_their_public_fields_newest_first_and_pa
         !succeeded[0].to_string().contains("the full result"),
         "no result outside the export"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_batch_answer_carries_its_progress_and_spend_and_a_paused_batch_no_eta() {
+    let app = spawn_app().await;
+    let (id, _) = app.submit_batch("t1", "default", 10).await;
+    let (_, fresh) = send(&app, "GET", &batch_path("t1", &id, "")).await;
+    assert_eq!(
+        fresh["usage"],
+        json!({"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
+    );
+    assert_eq!(
+        (
+            &fresh["cost"],
+            &fresh["eta_seconds"],
+            &fresh["projected_cost"]
+        ),
+        (&Value::Null, &Value::Null, &Value::Null),
+        "nothing to estimate before a completion"
+    );
+    assert_eq!(fresh["items_per_minute"], 0.0);
+
+    let claimed = claim(&app, 4).await;
+    for done in &claimed[..2] {
+        app.store
+            .finish_success(&done.lease(), &success("done"))
+            .await
+            .unwrap();
+    }
+    let (_, running) = send(&app, "GET", &batch_path("t1", &id, "")).await;
+    assert_eq!(running["status"], "running");
+    assert_eq!(
+        running["usage"],
+        json!({"input_tokens": 6, "output_tokens": 4, "total_tokens": 10})
+    );
+    // `scripted` costs 2 and 8 per million: 22e-6 an item, 8 items left.
+    assert_eq!(
+        running["cost"],
+        json!({"currency": "USD", "total": 0.000044, "by_model": {"scripted": 0.000044}})
+    );
+    assert_eq!(running["projected_cost"], 0.00022);
+    assert!(running["items_per_minute"].as_f64().unwrap() > 0.0);
+    assert!(running["eta_seconds"].as_u64().unwrap() > 0, "{running}");
+    let (_, listed) = send(&app, "GET", &batches("t1")).await;
+    assert_eq!(
+        listed[0]["cost"], running["cost"],
+        "the list carries it too"
+    );
+
+    let (status, paused) = send(&app, "POST", &batch_path("t1", &id, "/pause")).await;
+    assert_eq!(status, 200);
+    assert_eq!(paused["status"], "paused");
+    assert_eq!(
+        paused["eta_seconds"],
+        Value::Null,
+        "a paused batch does not move"
+    );
+    assert_eq!(paused["projected_cost"], 0.00022);
+    let (_, resumed) = send(&app, "POST", &batch_path("t1", &id, "/resume")).await;
+    assert!(resumed["eta_seconds"].as_u64().is_some(), "{resumed}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
