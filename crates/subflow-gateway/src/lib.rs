@@ -164,6 +164,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(metrics::get))
         .route("/api/models", get(routes::models))
         .route("/api/features", get(routes::batches::features))
+        .route(
+            "/api/subagent-batches/{batch_id}",
+            get(routes::batches::find),
+        )
         .route("/api/openapi.json", get(openapi::get))
         .route("/api/info", get(routes::info))
         .route("/api/assistants/lead_agent", get(routes::assistants::get))

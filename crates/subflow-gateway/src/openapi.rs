@@ -328,6 +328,15 @@ const OPERATIONS: &[Operation] = &[
     },
     Operation {
         method: "get",
+        path: "/api/subagent-batches/{batch_id}",
+        summary: "The caller's batch in any of their threads (additive: find a batch's thread by its id)",
+        permission: Some("threads:read"),
+        query: &[],
+        body: None,
+        success: (200, "Batch"),
+    },
+    Operation {
+        method: "get",
         path: "/api/threads/{thread_id}/subagent-batches/{batch_id}",
         summary: "A batch with its counts by item status",
         permission: Some("threads:read"),

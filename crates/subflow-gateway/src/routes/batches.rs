@@ -299,6 +299,20 @@ pub async fn get(
     present_one(&state, &scope, batch).await
 }
 
+/// `GET /api/subagent-batches/{batch_id}` (additive): the caller's batch in whichever of
+/// their threads it is, so that a client holding only a batch id (`subflow batches
+/// show`) learns its thread. Needs `threads:read`; another user's batch is 404.
+pub async fn find(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(batch_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    caller.require(Permission::ThreadsRead)?;
+    let batch = load(&state, &BatchScope::user(&caller.user_id), &batch_id).await?;
+    let scope = BatchScope::thread(&caller.user_id, &batch.thread_id);
+    present_one(&state, &scope, batch).await
+}
+
 /// `GET /{batch_id}/items` parameters.
 #[derive(Debug, Deserialize)]
 pub struct ItemParams {

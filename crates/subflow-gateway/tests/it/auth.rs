@@ -65,6 +65,7 @@ const SPEC_PERMISSIONS: &[(&str, &str, &str)] = &[
         "threads:read",
     ),
     // SPEC §12.2: GET needs threads:read, POST threads:write.
+    ("get", "/api/subagent-batches/{batch_id}", "threads:read"),
     (
         "get",
         "/api/threads/{thread_id}/subagent-batches",

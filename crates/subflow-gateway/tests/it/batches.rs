@@ -257,6 +257,22 @@ async fn every_batch_answer_carries_its_progress_and_spend_and_a_paused_batch_no
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_id_alone_finds_the_callers_batch_in_any_thread_and_nobody_elses() {
+    let app = spawn_app().await;
+    let (mine, _) = app.submit_batch("t7", "default", 2).await;
+    let (theirs, _) = app.submit_batch("t8", "someone-else", 1).await;
+    let (status, found) = send(&app, "GET", &format!("/api/subagent-batches/{mine}")).await;
+    assert_eq!(status, 200);
+    assert_eq!(found["thread_id"], "t7");
+    let (_, direct) = send(&app, "GET", &batch_path("t7", &mine, "")).await;
+    assert_eq!(found, direct, "the same projection as the thread route");
+    for missing in [theirs.as_str(), "subagent-batch-nope"] {
+        let answer = send(&app, "GET", &format!("/api/subagent-batches/{missing}")).await;
+        assert_eq!(answer, (404, detail("Subagent batch not found")));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_export_streams_every_item_with_its_result_in_position_order_across_pages() {
     let app = spawn_app().await;
     let (batch, items) = app.submit_batch("t1", "default", 1201).await;
