@@ -58,6 +58,9 @@ enum Command {
     Tail(commands::tail::Args),
     /// Print a thread's token usage and cost (SUBFLOW_URL, SUBFLOW_TOKEN).
     Usage(commands::usage::Args),
+    /// List, watch, control and export durable batches (SUBFLOW_URL, SUBFLOW_TOKEN).
+    #[command(subcommand)]
+    Batches(commands::batches::BatchesCommand),
     /// Apply the embedded migrations to the database.
     Migrate(commands::migrate::Args),
     /// Print the binary and contract versions.
@@ -109,6 +112,7 @@ fn main() -> ExitCode {
             Command::Run(args) => commands::run::run(args).await,
             Command::Tail(args) => commands::tail::run(args).await,
             Command::Usage(args) => commands::usage::run(args).await,
+            Command::Batches(command) => commands::batches::run(command).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Version => commands::version::run(),
             Command::Config(command) => commands::config::run(command),

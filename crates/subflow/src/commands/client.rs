@@ -1,4 +1,4 @@
-//! The HTTP client of the client commands (`tail`, `usage`): the gateway at `SUBFLOW_URL`
+//! The HTTP client of the client commands (`tail`, `usage`, `batches`): the gateway at `SUBFLOW_URL`
 //! (default `http://127.0.0.1:8001`), with `Authorization: Bearer $SUBFLOW_TOKEN` when the
 //! variable is set (SPEC §1.1, §13).
 
@@ -128,6 +128,13 @@ impl Client {
             .text()
             .await
             .with_context(|| format!("reading GET {path}"))
+    }
+
+    /// A GET's answer as it arrives, for bodies too large to hold (the batch export);
+    /// no timeout, the body streams as long as the gateway sends it.
+    pub async fn get_streamed(&self, path: &str) -> anyhow::Result<reqwest::Response> {
+        let request = self.request(reqwest::Method::GET, path);
+        self.send("GET", path, request).await
     }
 
     /// The JSON of a GET.

@@ -1,6 +1,7 @@
 //! One module per command.
 
 pub mod admin;
+pub mod batches;
 pub mod bench;
 pub mod client;
 pub mod config;

@@ -1,7 +1,7 @@
 //! `subflow usage THREAD [--json]` (SPEC §15.2): a thread's token usage and cost from
 //! `GET /api/threads/{id}/token-usage` — totals, `by_caller`, `by_model` with a cost
-//! column, the cost total and currency, what stopped runs spent beside them, and the
-//! context usage. `--json` prints the response unchanged.
+//! column, the cost total and currency, what stopped runs and batch items spent beside
+//! them, and the context usage. `--json` prints the response unchanged.
 
 use std::fmt::Write as _;
 
@@ -138,6 +138,28 @@ fn report(usage: &Value) -> String {
     if let Some(line) = stopped_runs_line(&usage["stopped_runs"]) {
         let _ = writeln!(out, "{line}");
     }
+    // Batch items stay out of every total above (SPEC §12.12); their spend is beside them.
+    if let Some(batches) = usage
+        .get("batches")
+        .filter(|b| b["items"].as_u64() > Some(0))
+    {
+        let cost = batches["cost"].as_object().map_or_else(
+            || "no price".to_owned(),
+            |cost| {
+                format!(
+                    "{} {}",
+                    money(&cost["total"]),
+                    cost["currency"].as_str().unwrap_or("")
+                )
+            },
+        );
+        let _ = writeln!(
+            out,
+            "Batches   {} items · {} tokens · {cost} (not in the totals)",
+            count(&batches["items"]),
+            count(&batches["total_tokens"])
+        );
+    }
     match usage.get("context_usage").filter(|c| c.is_object()) {
         Some(context) => {
             let tokens = count(&context["token_count"]);
@@ -202,6 +224,10 @@ Context   5,400 of 128,000 tokens (4.2%)
         );
         assert!(text.contains("Cost      — (no prices configured, or mixed currencies)\n"));
         assert!(text.contains("Context   530 tokens (no context window configured)\n"));
+        assert!(
+            !text.contains("Batches"),
+            "no batch line without batch items"
+        );
         assert!(!text.contains("stopped"), "no run stopped: {text}");
     }
 
@@ -223,5 +249,19 @@ Context   5,400 of 128,000 tokens (4.2%)
             None
         );
         assert_eq!(stopped_runs_line(&Value::Null), None);
+    }
+
+    #[test]
+    fn batch_spend_shows_beside_the_totals() {
+        let usage = json!({"thread_id": "t", "total_tokens": 0, "total_input_tokens": 0, "total_output_tokens": 0,
+            "total_runs": 0, "by_model": {}, "by_caller": {}, "cost": null, "context_usage": null,
+            "batches": {"items": 1204, "total_tokens": 250000, "cost": {"currency": "USD", "total": 3.12, "by_model": {}}}});
+        assert!(
+            report(&usage).contains(
+                "Batches   1,204 items · 250,000 tokens · 3.120000 USD (not in the totals)\n"
+            ),
+            "{}",
+            report(&usage)
+        );
     }
 }

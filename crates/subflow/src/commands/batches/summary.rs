@@ -1,0 +1,165 @@
+//! The one-line summary of a batch's progress and spend ("1,204 of 5,000 · 38/min ·
+//! about 1 h 40 min left · $3.12 so far, about $12.90 in all") and its progress
+//! percentage (SPEC §14.2), read from the public batch. The workspace's `batches.mjs`
+//! applies the same rules; both run the case table `web/batches.cases.json`. Nothing is
+//! computed here that the gateway already computed: the rate, ETA and costs are shown
+//! as the API gives them.
+
+use serde_json::Value;
+
+fn number(batch: &Value, pointer: &str) -> u64 {
+    batch.pointer(pointer).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// Items that ended (succeeded, failed or cancelled).
+pub fn done(batch: &Value) -> u64 {
+    ["succeeded", "failed", "cancelled"]
+        .iter()
+        .map(|status| number(batch, &format!("/counts/{status}")))
+        .sum()
+}
+
+/// (succeeded + failed + cancelled) / `total_items` in percent, clamped to 0–100 and
+/// rounded to 2 decimals; 0 when the total is 0.
+pub fn percent(batch: &Value) -> f64 {
+    let total = number(batch, "/total_items");
+    if total == 0 {
+        return 0.0;
+    }
+    let raw = (done(batch) as f64 / total as f64 * 100.0).clamp(0.0, 100.0);
+    (raw * 100.0).round() / 100.0
+}
+
+/// Whether the batch has ended.
+pub fn is_terminal(status: &str) -> bool {
+    matches!(status, "completed" | "failed" | "cancelled")
+}
+
+/// A count with thousands separators, as `toLocaleString("en-US")` writes it.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (position, digit) in digits.chars().enumerate() {
+        if position > 0 && (digits.len() - position).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
+/// Items per minute: whole numbers from 10 up, else one decimal without a trailing `.0`.
+fn rate(per_minute: f64) -> String {
+    if per_minute >= 10.0 {
+        format!("{}", per_minute.round() as u64)
+    } else {
+        let text = format!("{per_minute:.1}");
+        text.strip_suffix(".0").map_or(text.clone(), str::to_owned)
+    }
+}
+
+/// How long `seconds` is, coarsely: minutes rounded up below an hour, then hours and
+/// minutes, then days and hours.
+pub fn duration(seconds: u64) -> String {
+    match seconds {
+        0..60 => "less than a minute".to_owned(),
+        60..3600 => format!("{} min", seconds.div_ceil(60)),
+        3600..86_400 => match (seconds / 3600, seconds % 3600 / 60) {
+            (hours, 0) => format!("{hours} h"),
+            (hours, minutes) => format!("{hours} h {minutes} min"),
+        },
+        _ => match (seconds / 86_400, seconds % 86_400 / 3600) {
+            (days, 0) => format!("{days} d"),
+            (days, hours) => format!("{days} d {hours} h"),
+        },
+    }
+}
+
+/// An amount in `currency`: a symbol for USD, EUR and GBP, else the code after it; two
+/// decimals with grouped thousands, or up to six significant places below a cent.
+pub fn money(amount: f64, currency: &str) -> String {
+    let digits = if amount != 0.0 && amount.abs() < 0.01 {
+        let text = format!("{amount:.6}");
+        text.trim_end_matches('0').to_owned()
+    } else {
+        let cents = format!("{amount:.2}");
+        let (whole, fraction) = cents.split_once('.').unwrap_or((&cents, "00"));
+        let whole: u64 = whole.parse().unwrap_or(0);
+        format!("{}.{fraction}", grouped(whole))
+    };
+    match currency.to_uppercase().as_str() {
+        "USD" => format!("${digits}"),
+        "EUR" => format!("€{digits}"),
+        "GBP" => format!("£{digits}"),
+        other => format!("{digits} {other}"),
+    }
+}
+
+/// The summary line of a public batch.
+pub fn summary(batch: &Value) -> String {
+    let mut parts = vec![format!(
+        "{} of {}",
+        grouped(done(batch)),
+        grouped(number(batch, "/total_items"))
+    )];
+    let running = number(batch, "/counts/running");
+    if running > 0 {
+        parts.push(format!("{} running", grouped(running)));
+    }
+    let failed = number(batch, "/counts/failed");
+    if failed > 0 {
+        parts.push(format!("{} failed", grouped(failed)));
+    }
+    let per_minute = batch["items_per_minute"].as_f64().unwrap_or(0.0);
+    if per_minute > 0.0 {
+        parts.push(format!("{}/min", rate(per_minute)));
+    }
+    match batch["eta_seconds"].as_u64() {
+        Some(seconds) if seconds < 60 => parts.push(format!("{} left", duration(seconds))),
+        Some(seconds) => parts.push(format!("about {} left", duration(seconds))),
+        None => {}
+    }
+    let cost = &batch["cost"];
+    if let (Some(total), Some(currency)) = (cost["total"].as_f64(), cost["currency"].as_str()) {
+        let status = batch["status"].as_str().unwrap_or("");
+        let spend = if is_terminal(status) {
+            format!("{} in all", money(total, currency))
+        } else {
+            let so_far = format!("{} so far", money(total, currency));
+            match batch["projected_cost"].as_f64() {
+                Some(projected) => format!("{so_far}, about {} in all", money(projected, currency)),
+                None => so_far,
+            }
+        };
+        parts.push(spend);
+    }
+    parts.join(" · ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_case_table_holds_for_the_cli() {
+        let table: Value =
+            serde_json::from_str(include_str!("../../../../../web/batches.cases.json")).unwrap();
+        let cases = table["cases"].as_array().unwrap();
+        assert!(cases.len() >= 8);
+        for case in cases {
+            let name = case["name"].as_str().unwrap();
+            assert_eq!(summary(&case["batch"]), case["summary"], "{name}");
+            let expected = case["percent"].as_f64().unwrap();
+            assert!((percent(&case["batch"]) - expected).abs() < 1e-9, "{name}");
+        }
+    }
+
+    #[test]
+    fn durations_read_coarsely() {
+        assert_eq!(duration(59), "less than a minute");
+        assert_eq!(duration(60), "1 min");
+        assert_eq!(duration(61), "2 min");
+        assert_eq!(duration(3600), "1 h");
+        assert_eq!(duration(86_400 * 2), "2 d");
+    }
+}
