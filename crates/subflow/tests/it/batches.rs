@@ -61,7 +61,7 @@ workspace_root = "{workspaces}"
 
 /// A child process whose stderr is drained into `lines` (so it never blocks on a full
 /// pipe), killed when dropped.
-struct Process {
+pub(crate) struct Process {
     child: Child,
     lines: Arc<Mutex<Vec<String>>>,
 }
@@ -86,7 +86,7 @@ impl Process {
         Process { child, lines }
     }
 
-    fn output(&self) -> String {
+    pub(crate) fn output(&self) -> String {
         self.lines.lock().unwrap().join("\n")
     }
 
@@ -113,7 +113,7 @@ impl Drop for Process {
     }
 }
 
-fn serve(dir: &Path, config: &str, extra: &[&str]) -> (Process, String) {
+pub(crate) fn serve(dir: &Path, config: &str, extra: &[&str]) -> (Process, String) {
     let mut args = vec!["--config", config];
     args.extend_from_slice(extra);
     let (child, address, lines) = start_serve(dir, &args);

@@ -1,6 +1,7 @@
 //! System tests of the `subflow` binary and the repository rules.
 
 mod admin;
+mod batch_commands;
 mod batches;
 mod cli;
 mod client;
