@@ -17,6 +17,7 @@ import {
   updateCard,
 } from "./board.mjs";
 import { flattenContent, modelLabel, newCard, taskEventUpdate } from "./cards.mjs";
+import { BatchPanel } from "./batchpanel.mjs";
 import { append, h, setText } from "./dom.mjs";
 import { liveRunUsage, threadItems, threadTitle, usageParts } from "./panels.mjs";
 import { closeRunView, renderRunView, toggleRunView } from "./runview.mjs";
@@ -326,6 +327,8 @@ async function finishRun(run, how) {
   refreshUsage();
   refreshThreads();
   renderRunView();
+  // A run may have submitted a batch (`batch_task`).
+  batchPanel.refresh({ features: true });
 }
 
 /** Follows `run` from `response` (a started stream or a rejoin), then settles the page. */
@@ -490,6 +493,9 @@ function renderUsage() {
   els.usage.replaceChildren(...usageParts(state.usage.usage, { lastRun: state.usage.lastRun, models: state.models, live }));
 }
 
+// Durable batches of the open thread (SPEC §14.2); their progress moves the footer's spend.
+const batchPanel = new BatchPanel(els.batches, { onChange: () => refreshUsage() });
+
 function resetThreadState() {
   state.generation += 1;
   if (state.run !== null) state.run.controller.abort();
@@ -540,6 +546,7 @@ async function openThread(threadId, { push = false, fresh = false } = {}) {
   renderControls();
   setText(els.title, threadId === null ? "New thread" : "Loading…");
   renderMessages();
+  batchPanel.setThread(threadId);
   if (threadId === null) {
     els.usage.replaceChildren();
     return;

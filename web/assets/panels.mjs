@@ -1,6 +1,7 @@
 // The side panels of the workspace: the thread list with its search filter and the
 // usage-and-cost footer (SPEC §7.3, §7.4). Rendering only; app.mjs fetches the data.
 
+import { batchSpendText } from "./batches.mjs";
 import {
   cardCost,
   flattenContent,
@@ -161,6 +162,8 @@ export function usageParts(usage, { lastRun, models, live = null }) {
   parts.push(h("span", { class: "usage-cost" }, costText));
   const stopped = stoppedRunsLine(usage.stopped_runs);
   if (stopped !== null) parts.push(h("span", { class: "usage-stopped" }, stopped));
+  const batchSpend = batchSpendText(usage.batches);
+  if (batchSpend !== null) parts.push(h("span", { class: "usage-batches" }, batchSpend));
   const context = usage.context_usage;
   if (context) {
     const of = context.max_context_tokens ? ` of ${formatCount(context.max_context_tokens)} (${context.percentage}%)` : "";

@@ -16,6 +16,7 @@ export const els = {
   send: $("send"),
   stop: $("stop"),
   usage: $("usage"),
+  batches: $("batches"),
   announcer: $("announcer"),
   connection: $("connection"),
   tokenDialog: $("token-dialog"),

@@ -53,13 +53,14 @@ function cleanEnv(extra = {}) {
 
 /**
  * Starts `subflow serve` on 127.0.0.1:0 in a fresh directory with `config` as its
- * subflow.toml; resolves once it listens. `prepare(dir)` runs first (e.g. to add tokens).
+ * subflow.toml and `args` after it (e.g. `--no-worker`); resolves once it listens.
+ * `prepare(dir)` runs first (e.g. to add tokens).
  */
-export async function startServer({ config = scriptedModel(), env = {}, prepare = null } = {}) {
+export async function startServer({ config = scriptedModel(), env = {}, prepare = null, args = [] } = {}) {
   const dir = mkdtempSync(join(tmpdir(), "subflow-web-"));
   writeFileSync(join(dir, "subflow.toml"), config);
   if (prepare !== null) prepare(dir);
-  const child = spawn(BINARY, ["serve", "--listen", "127.0.0.1:0", "--config", join(dir, "subflow.toml")], {
+  const child = spawn(BINARY, ["serve", "--listen", "127.0.0.1:0", "--config", join(dir, "subflow.toml"), ...args], {
     cwd: dir,
     env: cleanEnv(env),
     stdio: ["ignore", "ignore", "pipe"],
