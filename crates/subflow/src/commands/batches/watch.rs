@@ -36,13 +36,15 @@ impl Display {
     fn show(&mut self, batch: &Value) -> anyhow::Result<()> {
         match self {
             Display::Bar(bar) => {
-                bar.set_length(batch["total_items"].as_u64().unwrap_or(0));
-                bar.set_position(done(batch));
+                // The message first: each setter may redraw, and the bar must never show
+                // a new position beside an old summary.
                 bar.set_message(format!(
                     "{} · {}",
                     batch["status"].as_str().unwrap_or("?"),
                     summary(batch)
                 ));
+                bar.set_length(batch["total_items"].as_u64().unwrap_or(0));
+                bar.set_position(done(batch));
             }
             Display::Lines { last } => {
                 if last.as_ref() != Some(batch) {
@@ -54,10 +56,13 @@ impl Display {
         Ok(())
     }
 
-    fn finish(&self) {
+    /// Leaves the last bar on screen and ends its line.
+    fn finish(&self) -> anyhow::Result<()> {
         if let Display::Bar(bar) = self {
             bar.finish();
+            outln!()?;
         }
+        Ok(())
     }
 }
 
@@ -77,13 +82,13 @@ pub(super) async fn watch(located: Located, interval: f64, json: bool) -> anyhow
         tokio::select! {
             _ = tokio::time::sleep(poll) => {}
             _ = tokio::signal::ctrl_c() => {
-                display.finish();
+                display.finish()?;
                 return Err(Exit::new(130, "interrupted").into());
             }
         }
         batch = located.client.get_json(&path).await?;
     }
-    display.finish();
+    display.finish()?;
     let line = summary(&batch);
     match batch["status"].as_str() {
         Some("completed") => {
