@@ -546,7 +546,7 @@ async function openThread(threadId, { push = false, fresh = false } = {}) {
   renderControls();
   setText(els.title, threadId === null ? "New thread" : "Loading…");
   renderMessages();
-  batchPanel.setThread(threadId);
+  batchPanel.setThread(threadId, { load: !fresh });
   if (threadId === null) {
     els.usage.replaceChildren();
     return;

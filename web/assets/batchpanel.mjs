@@ -248,8 +248,11 @@ export class BatchPanel {
     for (const card of this.cards.values()) card.stopItems();
   }
 
-  /** Shows `threadId`'s batches (null: none). */
-  async setThread(threadId) {
+  /**
+   * Shows `threadId`'s batches (null: none). `load: false` only records the thread (a
+   * thread being created has none yet; the run's end refreshes the panel).
+   */
+  async setThread(threadId, { load = true } = {}) {
     this.stop();
     this.threadId = threadId;
     this.batches = [];
@@ -258,7 +261,7 @@ export class BatchPanel {
     this.cards.clear();
     this.list.replaceChildren();
     this.signature = "";
-    if (threadId === null) {
+    if (threadId === null || !load) {
       this.render();
       return;
     }

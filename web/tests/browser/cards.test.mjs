@@ -291,9 +291,15 @@ describe("models, titles and scrolling", () => {
       await page.selectOption("#composer-model", "second");
       assert.equal(await page.getAttribute("#composer-input", "placeholder"), "Message Second — any prompt runs the demo plan");
       await send(page, "/echo which model");
-      await runEnded(page);
+      // The new thread is in the address once the page created it; the run follows.
+      await page.waitForURL(/\/threads\/[^/]+$/);
       const threadId = decodeURIComponent(new URL(page.url()).pathname.split("/").pop());
-      const [run] = await api(server, `/api/threads/${threadId}/runs`);
+      let run;
+      for (let i = 0; i < 300 && !(run?.status === "success"); i++) {
+        [run] = await api(server, `/api/threads/${threadId}/runs`);
+        if (run?.status !== "success") await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      await runEnded(page);
       assert.equal(run.model_name, "second");
     } finally {
       await browser.close();
