@@ -41,6 +41,8 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Debug, Clone)]
 pub struct PostgresStore {
     pool: PgPool,
+    /// Encodes checkpoints as deltas; remembers each thread's latest message hashes.
+    deltas: std::sync::Arc<subflow_store::delta::DeltaCodec>,
 }
 
 impl PostgresStore {
@@ -76,7 +78,10 @@ impl PostgresStore {
 
     /// A store on an existing pool whose database is already migrated.
     pub fn from_pool(pool: PgPool) -> Self {
-        PostgresStore { pool }
+        PostgresStore {
+            pool,
+            deltas: Default::default(),
+        }
     }
 
     /// The underlying pool.

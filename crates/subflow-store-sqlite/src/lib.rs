@@ -42,6 +42,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0003_auth.sql"),
     include_str!("../migrations/0004_streams.sql"),
     include_str!("../migrations/0005_batches.sql"),
+    include_str!("../migrations/0006_checkpoint_deltas.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.
@@ -70,6 +71,8 @@ struct Inner {
     notices: subflow_store::streams::LocalNotices,
     /// The clock of batch leases and heartbeats.
     clock: SharedClock,
+    /// Encodes checkpoints as deltas; remembers each thread's latest message hashes.
+    deltas: Arc<subflow_store::delta::DeltaCodec>,
 }
 
 /// Locks `mutex`, recovering it from poisoning: a panic in an earlier call has
@@ -254,6 +257,7 @@ impl SqliteStore {
                     readers,
                     notices: Default::default(),
                     clock,
+                    deltas: Default::default(),
                 }),
             })
         })

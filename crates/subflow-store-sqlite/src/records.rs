@@ -145,6 +145,7 @@ impl RecordStore for SqliteStore {
 
     async fn delete_thread(&self, thread_id: &str) -> Result<bool> {
         let thread_id = thread_id.to_owned();
+        let deltas = self.inner.deltas.clone();
         self.write(move |conn| {
             let tx = conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -164,6 +165,8 @@ impl RecordStore for SqliteStore {
                 .execute("DELETE FROM threads WHERE thread_id = ?", [&thread_id])
                 .db()?;
             tx.commit().db()?;
+            // Row ids may be reused once deleted: forget the thread's latest checkpoint.
+            deltas.forget(&thread_id);
             Ok(deleted > 0)
         })
         .await

@@ -1,5 +1,9 @@
 //! Thread state checkpoints (SPEC §2.3 ThreadState): the conversation after each lead
 //! step, newest last, so a reloaded page or a new run resumes from the latest one.
+//!
+//! Callers always see whole values; the SQL backends store each checkpoint as a delta
+//! of the thread's previous one (`delta`), so a thread's checkpoints take about three
+//! times its latest state, not the sum of every state it went through.
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
@@ -68,6 +72,13 @@ pub trait CheckpointStore: Send + Sync + std::fmt::Debug {
 
     /// The thread's newest checkpoint.
     async fn latest_checkpoint(&self, thread_id: &str) -> Result<Option<Checkpoint>>;
+
+    /// One checkpoint of the thread, by id.
+    async fn get_checkpoint(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Checkpoint>>;
 
     /// The thread's checkpoints, newest first, older than `before` (a checkpoint id) when given.
     async fn list_checkpoints(

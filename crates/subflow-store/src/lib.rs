@@ -10,6 +10,7 @@ pub mod auth;
 pub mod batches;
 mod checkpoints;
 pub mod codec;
+pub mod delta;
 mod error;
 mod events;
 mod memory;

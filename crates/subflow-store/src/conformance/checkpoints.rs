@@ -22,6 +22,9 @@ macro_rules! checkpoint_conformance_tests {
             deleting_run_checkpoints_removes_only_that_run,
             deleting_a_thread_removes_its_checkpoints,
             identical_checkpoint_histories_give_identical_results,
+            any_sequence_of_states_reads_back_exactly_by_every_route,
+            a_rollback_leaves_later_runs_checkpoints_whole,
+            a_checkpoint_is_found_by_id_in_its_thread_only,
         );
     };
     (@cases $factory:expr; $($case:ident),+ $(,)?) => {
@@ -488,4 +491,200 @@ pub async fn identical_checkpoint_histories_give_identical_results(store: Arc<dy
         assert_eq!(ours, theirs);
     }
     assert_eq!(ours.len(), theirs.len());
+}
+
+/// States as a long thread writes them: growing, a message changed in place (usage
+/// added to an AI message after its tool results), shrinking (after a rollback), with
+/// keys out of order, and values that are not a conversation at all.
+fn state_sequence() -> Vec<Value> {
+    let mut states = Vec::new();
+    let mut messages: Vec<Value> = Vec::new();
+    for n in 0..40 {
+        messages.push(json!({"type": "human", "content": format!("question {n} {}", "x".repeat(n * 20)), "id": format!("h{n}")}));
+        states.push(json!({"title": "T", "messages": messages.clone(), "b": {"z": n, "a": 1}}));
+        messages.push(json!({"type": "ai", "content": "", "id": format!("a{n}"), "usage_metadata": {"total_tokens": 1}}));
+        states.push(json!({"title": "T", "messages": messages.clone(), "b": {"z": n, "a": 1}}));
+        let last = messages.len() - 1;
+        messages[last]["usage_metadata"]["total_tokens"] = json!(n + 100);
+        states.push(json!({"messages": messages.clone(), "title": "T"}));
+        if n % 9 == 8 {
+            messages.truncate(messages.len() / 2);
+            states.push(json!({"messages": messages.clone(), "title": "T"}));
+        }
+    }
+    states.push(json!({"title": "no messages"}));
+    states.push(json!({"messages": "not a list"}));
+    states.push(json!([1, "two"]));
+    states.push(json!({"messages": [{"id": "restart"}]}));
+    states.push(json!({"messages": [{"id": "restart"}, {"id": "again"}]}));
+    states
+}
+
+/// Whatever a thread's states do, `latest_checkpoint`, `get_checkpoint` and
+/// `list_checkpoints` (in pages of any size) return each exactly as written.
+pub async fn any_sequence_of_states_reads_back_exactly_by_every_route(store: Arc<dyn Store>) {
+    let states = state_sequence();
+    let mut written = Vec::new();
+    for (n, values) in states.iter().enumerate() {
+        let id = format!("s{n:03}");
+        let Value::Object(metadata) = json!({"step": n}) else {
+            unreachable!()
+        };
+        let stored = store
+            .put_checkpoint(NewCheckpoint {
+                thread_id: "long".into(),
+                checkpoint_id: id.clone(),
+                parent_checkpoint_id: None,
+                run_id: Some(format!("r{}", n / 5)),
+                values: values.clone(),
+                metadata,
+            })
+            .await
+            .unwrap();
+        let latest = store.latest_checkpoint("long").await.unwrap().unwrap();
+        assert_eq!(checkpoint_text(&latest), checkpoint_text(&stored), "{id}");
+        written.push(stored);
+    }
+    for stored in &written {
+        let found = store
+            .get_checkpoint("long", &stored.checkpoint_id)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(checkpoint_text(&found), checkpoint_text(stored));
+    }
+    let newest_first: Vec<String> = written.iter().rev().map(checkpoint_text).collect();
+    for page in [1, 7, 1000] {
+        let mut listed = Vec::new();
+        let mut before: Option<String> = None;
+        loop {
+            let found = store
+                .list_checkpoints("long", page, before.as_deref())
+                .await
+                .unwrap();
+            let Some(last) = found.last() else { break };
+            before = Some(last.checkpoint_id.clone());
+            listed.extend(found.iter().map(checkpoint_text));
+        }
+        assert_eq!(listed, newest_first, "pages of {page}");
+    }
+}
+
+/// Rolling back a run whose checkpoints later runs continued leaves every other
+/// checkpoint reading back as written, and the thread goes on from them.
+pub async fn a_rollback_leaves_later_runs_checkpoints_whole(store: Arc<dyn Store>) {
+    let states = state_sequence();
+    let mut written = Vec::new();
+    for (n, values) in states.iter().take(30).enumerate() {
+        let stored = store
+            .put_checkpoint(NewCheckpoint {
+                thread_id: "t1".into(),
+                checkpoint_id: format!("c{n:02}"),
+                parent_checkpoint_id: None,
+                run_id: Some(format!("r{}", n / 10)),
+                values: values.clone(),
+                metadata: Map::new(),
+            })
+            .await
+            .unwrap();
+        written.push(stored);
+    }
+    assert_eq!(store.delete_run_checkpoints("t1", "r1").await.unwrap(), 10);
+    let kept: Vec<String> = written
+        .iter()
+        .filter(|c| c.run_id.as_deref() != Some("r1"))
+        .rev()
+        .map(checkpoint_text)
+        .collect();
+    let listed = store.list_checkpoints("t1", 100, None).await.unwrap();
+    assert_eq!(listed.iter().map(checkpoint_text).collect::<Vec<_>>(), kept);
+    let next = json!({"messages": [{"id": "h0"}, {"id": "after the rollback"}]});
+    store
+        .put_checkpoint(NewCheckpoint {
+            thread_id: "t1".into(),
+            checkpoint_id: "c30".into(),
+            parent_checkpoint_id: None,
+            run_id: Some("r3".into()),
+            values: next.clone(),
+            metadata: Map::new(),
+        })
+        .await
+        .unwrap();
+    let latest = store.latest_checkpoint("t1").await.unwrap().unwrap();
+    assert_eq!(latest.values, next);
+    assert_eq!(store.delete_run_checkpoints("t1", "r0").await.unwrap(), 10);
+    let listed = store.list_checkpoints("t1", 100, None).await.unwrap();
+    assert_eq!(listed[0].values, next);
+    assert_eq!(
+        listed[1..].iter().map(checkpoint_text).collect::<Vec<_>>(),
+        kept[..10]
+    );
+}
+
+/// `get_checkpoint` finds a checkpoint by id in its own thread, and nothing elsewhere.
+pub async fn a_checkpoint_is_found_by_id_in_its_thread_only(store: Arc<dyn Store>) {
+    put_chain(&*store, "t1", "a", "r1", 3).await;
+    let found = store.get_checkpoint("t1", "a2").await.unwrap().unwrap();
+    assert_eq!(
+        checkpoint_text(&found),
+        checkpoint_text(
+            &checkpoint("t1", "a2", Some("a1"), Some("r1"))
+                .into_stored()
+                .unwrap()
+        )
+    );
+    assert_eq!(store.get_checkpoint("t2", "a2").await.unwrap(), None);
+    assert_eq!(store.get_checkpoint("t1", "nope").await.unwrap(), None);
+    // A thread deleted and written again with the same ids reads its new values.
+    store
+        .create_thread(new_thread("t1", "u1", json!({})))
+        .await
+        .unwrap();
+    store.delete_thread("t1").await.unwrap();
+    let values = json!({"messages": [{"id": "new"}]});
+    store
+        .put_checkpoint(NewCheckpoint {
+            thread_id: "t1".into(),
+            checkpoint_id: "a1".into(),
+            parent_checkpoint_id: None,
+            run_id: None,
+            values: values.clone(),
+            metadata: Map::new(),
+        })
+        .await
+        .unwrap();
+    let mut grown = values.clone();
+    grown["messages"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"id": "more"}));
+    store
+        .put_checkpoint(NewCheckpoint {
+            thread_id: "t1".into(),
+            checkpoint_id: "a2".into(),
+            parent_checkpoint_id: Some("a1".into()),
+            run_id: None,
+            values: grown.clone(),
+            metadata: Map::new(),
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .get_checkpoint("t1", "a2")
+            .await
+            .unwrap()
+            .unwrap()
+            .values,
+        grown
+    );
+    assert_eq!(
+        store
+            .get_checkpoint("t1", "a1")
+            .await
+            .unwrap()
+            .unwrap()
+            .values,
+        values
+    );
 }

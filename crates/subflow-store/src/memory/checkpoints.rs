@@ -23,6 +23,19 @@ impl CheckpointStore for MemoryStore {
             .cloned())
     }
 
+    async fn get_checkpoint(
+        &self,
+        thread_id: &str,
+        checkpoint_id: &str,
+    ) -> Result<Option<Checkpoint>> {
+        Ok(self
+            .lock()
+            .checkpoints
+            .iter()
+            .find(|c| c.thread_id == thread_id && c.checkpoint_id == checkpoint_id)
+            .cloned())
+    }
+
     async fn list_checkpoints(
         &self,
         thread_id: &str,
