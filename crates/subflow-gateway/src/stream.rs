@@ -12,6 +12,7 @@
 
 pub(crate) mod follow;
 pub(crate) mod hub;
+pub(crate) mod stored;
 pub(crate) mod upkeep;
 
 use std::collections::HashMap;
@@ -299,7 +300,10 @@ impl Pump {
 
     fn frame(&self, item: RunOutput) {
         match item {
-            RunOutput::Values(state) if self.modes.values => self.hub.push("values", &state, false),
+            RunOutput::Values { values, checkpoint } if self.modes.values => {
+                let stored = checkpoint.as_deref().map(stored::checkpoint_reference);
+                self.hub.push_stored("values", &values, stored, false);
+            }
             RunOutput::Message { message, node } if self.modes.messages => {
                 let metadata = json!({"run_id": self.hub.run_id, "thread_id": self.hub.thread_id, "langgraph_node": node, "tags": []});
                 self.hub
@@ -390,10 +394,13 @@ fn batch_of(hub: &Hub, frames: &[Arc<hub::Frame>], ends: bool) -> FrameBatch {
         thread_id: hub.thread_id.clone(),
         frames: frames
             .iter()
-            .map(|f| StreamFrame {
-                id: f.id as i64,
-                event: f.event.clone(),
-                data: f.data.clone(),
+            .map(|f| {
+                let (event, data) = f.stored();
+                StreamFrame {
+                    id: f.id as i64,
+                    event: event.to_owned(),
+                    data: data.to_owned(),
+                }
             })
             .collect(),
         ends,

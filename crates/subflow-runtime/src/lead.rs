@@ -319,12 +319,19 @@ impl Lead<'_> {
             values: values.clone(),
             metadata,
         };
-        match self.runtime.store.put_checkpoint(checkpoint).await {
-            Ok(_) => self.checkpoint_id = Some(checkpoint_id),
-            Err(error) => {
-                tracing::error!(%error, run_id = %self.run.run_id, "checkpoint write failed")
+        let stored = match self.runtime.store.put_checkpoint(checkpoint).await {
+            Ok(_) => {
+                self.checkpoint_id = Some(checkpoint_id.clone());
+                Some(checkpoint_id)
             }
-        }
-        self.run.sink.send(RunOutput::Values(values));
+            Err(error) => {
+                tracing::error!(%error, run_id = %self.run.run_id, "checkpoint write failed");
+                None
+            }
+        };
+        self.run.sink.send(RunOutput::Values {
+            values,
+            checkpoint: stored,
+        });
     }
 }

@@ -25,7 +25,13 @@ pub enum RunOutput {
         node: &'static str,
     },
     /// The full state values after a lead step.
-    Values(Value),
+    Values {
+        /// `{messages, ...}`, as checkpointed.
+        values: Value,
+        /// The checkpoint that stores exactly these values; `None` when writing it
+        /// failed. The stream log stores a reference to it instead of a copy.
+        checkpoint: Option<String>,
+    },
     /// An `updates` frame: `{<node>: <state delta>}` after a lead step (SPEC §2.4).
     Update(Value),
     /// A `custom` payload: a task event.

@@ -15,13 +15,13 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use subflow_store::{Store, StreamFrame, StreamNotice};
+use subflow_store::{Store, StreamNotice};
 use tokio::sync::{broadcast, watch};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
 use super::hub::{Hub, Read};
-use super::{POLL, Streams};
+use super::{POLL, Streams, stored};
 use crate::sse;
 use crate::{ActiveRuns, ApiError};
 
@@ -302,16 +302,16 @@ impl Follow {
             .is_none_or(|events| ALWAYS.contains(&event) || events.contains(&event))
     }
 
-    /// Moves the cursor over `frames` and returns the bytes of the wanted ones; `None`
-    /// when none was wanted and the stream goes on.
-    fn deliver<'a>(&mut self, frames: impl Iterator<Item = (u64, &'a str, Bytes)>) -> Option<Step> {
+    /// Moves the cursor over `frames` (id, whether it is the `end`, the bytes to send if
+    /// wanted) and returns the bytes; `None` when none was sent and the stream goes on.
+    fn deliver(&mut self, frames: Vec<(u64, bool, Option<Bytes>)>) -> Option<Step> {
         let mut out = Vec::new();
-        for (id, event, bytes) in frames {
+        for (id, end, bytes) in frames {
             self.cursor = id;
-            if self.wants(event) {
+            if let Some(bytes) = bytes {
                 out.extend_from_slice(&bytes);
             }
-            if event == "end" {
+            if end {
                 self.finished = true;
                 break;
             }
@@ -323,11 +323,24 @@ impl Follow {
         self.finished.then_some(Step::Close)
     }
 
-    fn deliver_stored(&mut self, frames: &[StreamFrame]) -> Option<Step> {
-        self.deliver(frames.iter().map(|f| {
-            let id = u64::try_from(f.id).unwrap_or(0);
-            (id, f.event.as_str(), sse::frame_text(&f.event, &f.data, id))
-        }))
+    /// Up to `limit` stored frames after the cursor, as they were sent live.
+    async fn read_stored(&self, limit: u32) -> Result<Vec<stored::Resolved>, subflow_store::Error> {
+        let frames = self
+            .store
+            .read_frames(&self.run_id, self.cursor as i64, limit)
+            .await?;
+        stored::resolve(&*self.store, &self.thread_id, frames, |event| {
+            self.wants(event)
+        })
+        .await
+    }
+
+    fn deliver_stored(&mut self, frames: Vec<stored::Resolved>) -> Option<Step> {
+        let frames = frames
+            .into_iter()
+            .map(|f| (f.id, f.event == "end", f.sse))
+            .collect();
+        self.deliver(frames)
     }
 
     fn close_with(&mut self, bytes: Bytes) -> Option<Step> {
@@ -337,34 +350,42 @@ impl Follow {
     }
 
     async fn read_hub(&mut self) -> Result<Option<Step>, subflow_store::Error> {
-        let Source::Hub(hub, changes) = &mut self.source else {
-            return Ok(None);
+        let read = {
+            let Source::Hub(hub, changes) = &mut self.source else {
+                return Ok(None);
+            };
+            changes.borrow_and_update();
+            hub.read_after(self.cursor, PAGE as usize)
         };
-        changes.borrow_and_update();
-        match hub.read_after(self.cursor, PAGE as usize) {
-            Read::Frames(frames) => Ok(self.deliver(
-                frames
+        match read {
+            Read::Frames(frames) => {
+                let frames = frames
                     .iter()
-                    .map(|f| (f.id, f.event.as_str(), f.sse.clone())),
-            )),
+                    .map(|f| {
+                        let bytes = self.wants(&f.event).then(|| f.sse.clone());
+                        (f.id, f.event == "end", bytes)
+                    })
+                    .collect();
+                Ok(self.deliver(frames))
+            }
             Read::Behind { before } => {
                 let wanted = u32::try_from(before - 1 - self.cursor).unwrap_or(PAGE);
-                let frames = self
-                    .store
-                    .read_frames(&self.run_id, self.cursor as i64, wanted.clamp(1, PAGE))
-                    .await?;
+                let frames = self.read_stored(wanted.clamp(1, PAGE)).await?;
                 if frames.is_empty() {
                     // The log went away under the hub (the run was deleted).
                     self.source = Source::Store;
                     return Ok(None);
                 }
-                Ok(self.deliver_stored(&frames))
+                Ok(self.deliver_stored(frames))
             }
             Read::Finished => {
                 self.finished = true;
                 Ok(Some(Step::Close))
             }
             Read::Pending => {
+                let Source::Hub(_, changes) = &mut self.source else {
+                    return Ok(None);
+                };
                 if changes.changed().await.is_err() {
                     self.source = Source::Store;
                 }
@@ -379,23 +400,17 @@ impl Follow {
             self.source = Source::Hub(hub, changes);
             return Ok(None);
         }
-        let frames = self
-            .store
-            .read_frames(&self.run_id, self.cursor as i64, PAGE)
-            .await?;
+        let frames = self.read_stored(PAGE).await?;
         if !frames.is_empty() {
-            return Ok(self.deliver_stored(&frames));
+            return Ok(self.deliver_stored(frames));
         }
         let log = self.store.stream_log(&self.run_id).await?;
         if log.as_ref().is_some_and(|log| log.ended) {
             // The last frames may have been committed between the two reads; once the log
             // has ended, a read finds all of them.
-            let frames = self
-                .store
-                .read_frames(&self.run_id, self.cursor as i64, PAGE)
-                .await?;
+            let frames = self.read_stored(PAGE).await?;
             if !frames.is_empty() {
-                return Ok(self.deliver_stored(&frames));
+                return Ok(self.deliver_stored(frames));
             }
         }
         if let Some(log) = &log {

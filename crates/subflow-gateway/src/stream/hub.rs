@@ -31,6 +31,9 @@ pub struct Frame {
     pub data: String,
     /// The encoded frame.
     pub sse: Bytes,
+    /// What the durable log stores instead of `event` and `data`, when not the frame
+    /// itself (a `values` frame kept as a checkpoint reference, `stored`).
+    pub stored: Option<(&'static str, String)>,
 }
 
 impl Frame {
@@ -41,6 +44,15 @@ impl Frame {
             sse: sse::frame_text(event, &data, id),
             event: event.to_owned(),
             data,
+            stored: None,
+        }
+    }
+
+    /// The event and data the durable log stores for this frame.
+    pub fn stored(&self) -> (&str, &str) {
+        match &self.stored {
+            Some((event, data)) => (event, data),
+            None => (&self.event, &self.data),
         }
     }
 }
@@ -119,11 +131,24 @@ impl Hub {
     /// Numbers a frame and makes it visible to watchers; `last` marks the final frame.
     /// Frames after the final one are dropped.
     pub fn push(&self, event: &str, data: &Value, last: bool) {
+        self.push_stored(event, data, None, last);
+    }
+
+    /// [`Hub::push`] of a frame the durable log stores as `stored` (event, data).
+    pub fn push_stored(
+        &self,
+        event: &str,
+        data: &Value,
+        stored: Option<(&'static str, String)>,
+        last: bool,
+    ) {
         let mut state = self.lock();
         if state.finished {
             return;
         }
-        let frame = Arc::new(Frame::new(state.last_id + 1, event, data.to_string()));
+        let mut frame = Frame::new(state.last_id + 1, event, data.to_string());
+        frame.stored = stored;
+        let frame = Arc::new(frame);
         state.last_id = frame.id;
         state.window_bytes += frame.sse.len();
         state.window.push_back(frame);

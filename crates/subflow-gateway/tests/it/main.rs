@@ -22,6 +22,7 @@ mod lifecycle;
 mod limits;
 mod metrics;
 mod resume;
+mod storage;
 mod tasks;
 mod timeouts;
 

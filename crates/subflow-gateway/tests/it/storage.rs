@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::{Options, TestApp, parse_frames, spawn_app_with};
 
 /// Runs per measurement, as in the report of issue 15.
-const RUNS: usize = 60;
+const RUNS: usize = 150;
 
 /// The `n`-th demo run: three parallel tasks and a summary.
 fn demo_run(n: usize) -> Value {
@@ -35,49 +35,22 @@ fn sqlite_bytes(app: &TestApp) -> u64 {
         .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |row| row.get(0))
         .unwrap();
     assert_eq!(busy, 0, "the checkpoint ran to completion");
-    if let Ok(mut st) =
-        conn.prepare("SELECT name, SUM(pgsize) FROM dbstat GROUP BY name ORDER BY 2 DESC")
-    {
-        let rows: Vec<(String, i64)> = st
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .map(|r| r.unwrap())
-            .collect();
-        println!("{rows:?}");
-    } else {
-        println!("no dbstat");
-    }
-    let mut st = conn
-        .prepare("SELECT event_type, count(*), sum(length(content)) FROM run_events GROUP BY 1")
-        .unwrap();
-    let rows: Vec<(String, i64, i64)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    println!("{rows:?}");
-    let mut st = conn
-        .prepare("SELECT status, stop_reason, count(*) FROM runs GROUP BY 1,2")
-        .unwrap();
-    let rows: Vec<(String, Option<String>, i64)> = st
-        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-        .unwrap()
-        .map(|r| r.unwrap())
-        .collect();
-    println!("{rows:?}");
     std::fs::metadata(path).unwrap().len()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn runs_on_one_long_thread_store_about_what_runs_on_separate_threads_store() {
+    let started = std::time::Instant::now();
     let long = app().await;
-    let mut last = None;
+    let mut runs = Vec::new();
     for n in 0..RUNS {
         let streamed = long.stream_run("long", demo_run(n)).await;
         assert_eq!(streamed.status, 200);
         assert_eq!(streamed.frames.last().unwrap().event, "end");
-        last = Some(streamed);
+        runs.push(streamed);
     }
+    let long_took = started.elapsed();
+    let started = std::time::Instant::now();
     let separate = app().await;
     for n in 0..RUNS {
         let streamed = separate
@@ -85,14 +58,42 @@ async fn runs_on_one_long_thread_store_about_what_runs_on_separate_threads_store
             .await;
         assert_eq!(streamed.frames.last().unwrap().event, "end");
     }
+    println!(
+        "runs took {long_took:?} on one thread, {:?} on separate threads",
+        started.elapsed()
+    );
     let (long_bytes, separate_bytes) = (sqlite_bytes(&long), sqlite_bytes(&separate));
     println!(
         "storage: {RUNS} runs on one thread {long_bytes} bytes, on {RUNS} threads {separate_bytes} bytes, ratio {:.2}",
         long_bytes as f64 / separate_bytes as f64
     );
 
+    // The stream log of the thread's last run is about as large as its first one's:
+    // its `values` frames are references to the checkpoints holding them.
+    let log = |streamed: &crate::Streamed| {
+        let run_id = streamed.frames[0].data["run_id"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let store = long.store.clone();
+        async move { store.read_frames(&run_id, 0, 2000).await.unwrap() }
+    };
+    let (first_log, last_log) = (log(&runs[0]).await, log(&runs[RUNS - 1]).await);
+    let bytes = |frames: &[subflow_store::StreamFrame]| -> usize {
+        frames.iter().map(|f| f.data.len()).sum()
+    };
+    println!(
+        "stream log: the first run {} bytes, the last {} bytes (live, the last run sent {} bytes)",
+        bytes(&first_log),
+        bytes(&last_log),
+        runs[RUNS - 1].text.len()
+    );
+    assert!(last_log.iter().any(|f| f.event == "values:checkpoint"));
+    assert!(!last_log.iter().any(|f| f.event == "values"));
+    assert!(bytes(&last_log) < 2 * bytes(&first_log));
+
     // A replay of the last run from the durable log is what its client saw live.
-    let last = last.unwrap();
+    let last = runs.pop().unwrap();
     let run_id = last.frames[0].data["run_id"].as_str().unwrap();
     let replay = long
         .client

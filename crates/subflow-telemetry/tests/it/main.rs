@@ -118,7 +118,7 @@ pub fn step_counts(outputs: &[RunOutput]) -> (usize, usize, usize) {
         match output {
             RunOutput::Custom { payload, .. } if payload["type"] == "task_running" => counts.0 += 1,
             RunOutput::Message { node: "tools", .. } => counts.1 += 1,
-            RunOutput::Values(_) => counts.2 += 1,
+            RunOutput::Values { .. } => counts.2 += 1,
             _ => {}
         }
     }
