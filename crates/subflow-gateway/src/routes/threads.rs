@@ -224,7 +224,7 @@ pub struct HistoryParams {
 }
 
 /// Checkpoints read from the store per step of a streamed history: whole states, so few.
-const HISTORY_PAGE: u32 = 8;
+const HISTORY_PAGE: u32 = 4;
 
 /// The history of `thread`, as `authorize_thread` found it: none for an unowned id.
 /// Written a page of states at a time, newest first, until `limit` states.
