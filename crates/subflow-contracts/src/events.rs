@@ -227,8 +227,10 @@ impl NewEvent {
     }
 }
 
-/// A persisted record (SPEC §5.1), as `/events` returns it.
+/// A persisted record (SPEC §5.1), as `/events` returns it;
+/// `contracts/run_event_stream_contract.json` describes each event type's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunEvent {
     /// Thread id.
     pub thread_id: String,
@@ -237,8 +239,10 @@ pub struct RunEvent {
     /// Thread-global, strictly increasing, ≥ 1.
     pub seq: i64,
     /// Event type.
+    #[cfg_attr(feature = "openapi", schema(schema_with = event_type_schema))]
     pub event_type: String,
     /// Category.
+    #[cfg_attr(feature = "openapi", schema(value_type = EventCategory))]
     pub category: String,
     /// Payload.
     pub content: Value,
@@ -249,7 +253,33 @@ pub struct RunEvent {
     /// Run owner, or null.
     pub user_id: Option<String>,
     /// The idempotency key (additive envelope field).
+    #[cfg_attr(feature = "openapi", schema(value_type = String, format = "uuid"))]
     pub event_id: Uuid,
+}
+
+/// `event_type`: a frozen [`EventType`], or a dynamic `middleware:{tag}` (SPEC §5.2).
+#[cfg(feature = "openapi")]
+fn event_type_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+    use utoipa::openapi::{Ref, RefOr};
+    let tags: Vec<&str> = MiddlewareTag::ALL.iter().map(|t| t.as_str()).collect();
+    let middleware = ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some(format!(
+            "^{MIDDLEWARE_PREFIX}[\\s\\S]{{1,{MIDDLEWARE_TAG_MAX_CHARS}}}$"
+        )))
+        .max_length(Some(EVENT_TYPE_MAX_CHARS))
+        .description(Some(format!(
+            "A middleware audit event; the known tags are {}",
+            tags.join(", ")
+        )));
+    Schema::OneOf(
+        OneOfBuilder::new()
+            .item(RefOr::Ref(Ref::from_schema_name("EventType")))
+            .item(middleware)
+            .description(Some("Event type"))
+            .build(),
+    )
 }
 
 #[cfg(test)]

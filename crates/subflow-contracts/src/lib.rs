@@ -7,6 +7,7 @@
 #[macro_use]
 mod macros;
 
+pub mod api;
 pub mod auth;
 pub mod events;
 pub mod ids;

@@ -8,6 +8,7 @@ use crate::task_events::flatten_content;
 
 /// A message of a conversation, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(tag = "type", rename_all = "lowercase")]
 pub enum Message {
     /// From the user.
@@ -22,6 +23,7 @@ pub enum Message {
 
 /// A message that is text and metadata only: what a user or a system prompt says.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TextMessage {
     /// A string or a list of content blocks.
     pub content: Value,
@@ -47,6 +49,7 @@ pub type SystemMessage = TextMessage;
 
 /// A model's reply.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AiMessage {
     /// A string or a list of content blocks.
     pub content: Value,
@@ -75,6 +78,7 @@ pub struct AiMessage {
 
 /// One requested tool call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolCall {
     /// The provider's `tool_call_id`; a task's public `task_id`.
     pub id: String,
@@ -105,12 +109,16 @@ impl ToolCall {
 
 /// Token usage of one model call; input includes cached input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageMetadata {
     /// Input tokens, cached ones included.
+    #[serde(deserialize_with = "crate::api::numbers::whole_u64")]
     pub input_tokens: u64,
     /// Output tokens.
+    #[serde(deserialize_with = "crate::api::numbers::whole_u64")]
     pub output_tokens: u64,
     /// Total tokens.
+    #[serde(deserialize_with = "crate::api::numbers::whole_u64")]
     pub total_tokens: u64,
     /// Details of the input.
     #[serde(default)]
@@ -119,14 +127,16 @@ pub struct UsageMetadata {
 
 /// Details of the input tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InputTokenDetails {
     /// Input tokens served from the provider's cache.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::api::numbers::whole_u64")]
     pub cache_read: u64,
 }
 
 /// `status` of a tool message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ToolStatus {
     /// The tool ran.
@@ -138,6 +148,7 @@ pub enum ToolStatus {
 
 /// A tool's result.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ToolMessage {
     /// A string or a list of content blocks.
     pub content: Value,

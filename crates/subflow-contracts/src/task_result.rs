@@ -50,6 +50,8 @@ pub fn bound_text(text: &str, cap: usize) -> String {
 
 /// Cumulative token usage of a subagent: `{input_tokens, output_tokens, total_tokens}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = TaskUsage))]
 pub struct TokenUsage {
     /// Input tokens, cached ones included.
     pub input_tokens: u64,

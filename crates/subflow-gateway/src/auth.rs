@@ -5,7 +5,8 @@
 //! permission, in `token` mode the owner of the `Authorization: Bearer sf_…` token,
 //! looked up by its SHA-256 digest. Routes then check one permission each, and every
 //! thread route goes through [`authorize_thread`], the one ownership check: another
-//! user's thread is 404 `Thread {thread_id} not found`, never 403.
+//! user's thread is 404 `Thread {thread_id} not found`, never 403. Routes that name a
+//! run go through [`authorize_run`], which adds the run's lookup in that thread.
 
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
@@ -14,7 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use subflow_contracts::auth::{is_well_formed_token, token_digest};
 use subflow_contracts::{Permission, Permissions};
-use subflow_store::ThreadRecord;
+use subflow_store::{RunRecord, ThreadRecord};
 use time::OffsetDateTime;
 
 use crate::routes::checked_thread_id;
@@ -162,6 +163,22 @@ pub async fn authorize_thread(
         Some(_) => Err(not_found(thread_id)),
         None => Ok(None),
     }
+}
+
+/// [`authorize_thread`], then the run in that thread: an unowned thread or a run it does
+/// not hold is 404 `Run {run_id} not found`.
+pub async fn authorize_run(
+    state: &AppState,
+    caller: &Caller,
+    needed: Permission,
+    thread_id: &str,
+    run_id: &str,
+) -> Result<RunRecord, ApiError> {
+    let run = match authorize_thread(state, caller, needed, thread_id).await? {
+        Some(_) => state.store.get_run(thread_id, run_id).await?,
+        None => None,
+    };
+    run.ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))
 }
 
 #[cfg(test)]

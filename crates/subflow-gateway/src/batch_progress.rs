@@ -19,8 +19,8 @@
 use std::time::Duration;
 
 use serde::Serialize;
-use serde_json::{Value, json};
 use subflow_contracts::BatchStatus;
+use subflow_contracts::api::usage::{BatchSpend, Cost};
 use subflow_store::batches::{BatchActivity, BatchRecord};
 use subflow_store::{ItemUsage, ModelUsage};
 use time::OffsetDateTime;
@@ -40,8 +40,8 @@ const MIN_SPAN_SECONDS: f64 = 1.0;
 pub struct Progress {
     /// The items' usage, summed.
     pub usage: ItemUsage,
-    /// `{currency, total, by_model}` of the items priced at their models, or null.
-    pub cost: Value,
+    /// `{currency, total, by_model}` of the items priced at their models, or `None`.
+    pub cost: Option<Cost>,
     /// Items finished per minute over the last five minutes, 2 decimals.
     pub items_per_minute: f64,
     /// Seconds until the unfinished items are done at that rate, or null.
@@ -82,7 +82,7 @@ fn item_costs(activity: &BatchActivity, models: &[ModelFacts]) -> Vec<RunCost> {
 }
 
 /// The summed usage and the cost object of some activities.
-fn spend(activities: &[&BatchActivity], models: &[ModelFacts]) -> (ItemUsage, u64, Value) {
+fn spend(activities: &[&BatchActivity], models: &[ModelFacts]) -> (ItemUsage, u64, Option<Cost>) {
     let mut usage = ItemUsage::default();
     let mut items = 0;
     for group in activities.iter().flat_map(|a| a.by_model.iter()) {
@@ -126,8 +126,9 @@ pub fn progress(
     let moving = matches!(batch.status, BatchStatus::Queued | BatchStatus::Running);
     let eta_seconds =
         (moving && per_minute > 0.0).then(|| (left as f64 / per_minute * 60.0).ceil() as u64);
-    let projected_cost = cost["total"]
-        .as_f64()
+    let projected_cost = cost
+        .as_ref()
+        .map(|cost| cost.total)
         .filter(|_| items_with_usage > 0)
         .map(|so_far| round6(so_far + so_far / items_with_usage as f64 * left as f64));
     Progress {
@@ -141,10 +142,14 @@ pub fn progress(
 
 /// The `batches` section of `/token-usage`: `{items, total_tokens, cost}` over the
 /// thread's batch items that reported usage, kept apart from the run totals (SPEC §12.12).
-pub fn thread_section(activities: &[BatchActivity], models: &[ModelFacts]) -> Value {
+pub fn thread_section(activities: &[BatchActivity], models: &[ModelFacts]) -> BatchSpend {
     let all: Vec<&BatchActivity> = activities.iter().collect();
     let (usage, items, cost) = spend(&all, models);
-    json!({"items": items, "total_tokens": usage.total_tokens, "cost": cost})
+    BatchSpend {
+        items,
+        total_tokens: usage.total_tokens,
+        cost,
+    }
 }
 
 #[cfg(test)]
@@ -152,7 +157,7 @@ mod tests {
     use super::*;
     use crate::usage::Price;
     use proptest::prelude::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
     use subflow_store::batches::{BatchCounts, ModelItemUsage};
 
     const NOW: &str = "2026-03-01T12:00:00.000000Z";
@@ -249,7 +254,7 @@ mod tests {
         let fresh = batch(BatchStatus::Queued, counts(10, 0, 0, 0));
         let found = progress(&fresh, &BatchActivity::empty("b"), now(), &models());
         assert_eq!(found.usage, ItemUsage::default());
-        assert_eq!(found.cost, Value::Null);
+        assert_eq!(found.cost, None);
         assert_eq!(found.items_per_minute, 0.0);
         assert_eq!(found.eta_seconds, None);
         assert_eq!(found.projected_cost, None);
@@ -318,7 +323,7 @@ mod tests {
             &models(),
         );
         assert_eq!(
-            found.cost,
+            serde_json::to_value(&found.cost).unwrap(),
             json!({"currency": "USD", "total": 11.0, "by_model": {"claude": 3.0, "gpt-provider": 8.0}})
         );
         assert_eq!(
@@ -349,7 +354,7 @@ mod tests {
             None,
         );
         let found = progress(&running, &unpriced, now(), &models());
-        assert_eq!(found.cost, Value::Null);
+        assert_eq!(found.cost, None);
         assert_eq!(found.projected_cost, None);
         assert_eq!(found.usage.total_tokens, 1_020);
         let partly = activity(
@@ -361,7 +366,7 @@ mod tests {
             None,
         );
         let found = progress(&running, &partly, now(), &models());
-        assert_eq!(found.cost["total"], json!(2.0));
+        assert_eq!(found.cost.map(|cost| cost.total), Some(2.0));
         // The cost per item spreads over every item that reported usage.
         assert_eq!(found.projected_cost, Some(4.0));
         let mut euro = models();
@@ -374,7 +379,7 @@ mod tests {
             2,
             None,
         );
-        assert_eq!(progress(&running, &both, now(), &euro).cost, Value::Null);
+        assert_eq!(progress(&running, &both, now(), &euro).cost, None);
     }
 
     #[test]
@@ -390,7 +395,7 @@ mod tests {
             Some(2.0)
         );
         let found = progress(&after, &retried, now(), &models());
-        assert_eq!(found.cost["total"], json!(1.0));
+        assert_eq!(found.cost.as_ref().map(|cost| cost.total), Some(1.0));
         assert_eq!(
             found.projected_cost,
             Some(2.0),
@@ -404,11 +409,11 @@ mod tests {
         let a = activity(vec![group(Some("gpt"), 2, 1_000_000, 0)], 0, None);
         let b = activity(vec![group(None, 1, 5, 5)], 0, None);
         assert_eq!(
-            thread_section(&[a, b], &models()),
+            serde_json::to_value(thread_section(&[a, b], &models())).unwrap(),
             json!({"items": 3, "total_tokens": 1_000_010, "cost": {"currency": "USD", "total": 2.0, "by_model": {"gpt": 2.0}}})
         );
         assert_eq!(
-            thread_section(&[], &models()),
+            serde_json::to_value(thread_section(&[], &models())).unwrap(),
             json!({"items": 0, "total_tokens": 0, "cost": null})
         );
     }
@@ -430,7 +435,7 @@ mod tests {
             let fast = activity(vec![group(Some("gpt"), finished, input, output)], recent.max(slower), Some(ago(started)));
             let slow = activity(vec![group(Some("gpt"), finished, input, output)], recent.min(slower), Some(ago(started)));
             let (a, b) = (progress(&record, &fast, now(), &models()), progress(&record, &slow, now(), &models()));
-            let cost = a.cost["total"].as_f64().unwrap();
+            let cost = a.cost.as_ref().unwrap().total;
             prop_assert!(a.projected_cost.unwrap() + 1e-6 >= cost);
             prop_assert!(a.items_per_minute >= b.items_per_minute);
             prop_assert!(a.items_per_minute <= recent.max(slower) as f64 * 60.0 / MIN_SPAN_SECONDS);

@@ -8,9 +8,6 @@
 //! reaches runs through `subflow-runtime` and storage through the `subflow-store`
 //! traits; the caller binds the listener and decides what stops the server.
 
-// The OpenAPI document is one large `json!` literal.
-#![recursion_limit = "256"]
-
 mod app;
 pub mod auth;
 pub mod batch_progress;
@@ -32,10 +29,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::routing::{get, post};
 use subflow_runtime::runtime::Runtime;
 use subflow_store::Store;
 use subflow_telemetry::Metrics;
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use app::AppOptions;
 pub use auth::{AuthMode, Caller};
@@ -43,35 +42,7 @@ pub use error::ApiError;
 pub use routes::batches::BatchFeatures;
 
 /// A model as `/api/models` lists it.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct ModelListing {
-    /// Configured name.
-    pub name: String,
-    /// Provider model id.
-    pub model: String,
-    /// Display name.
-    pub display_name: Option<String>,
-    /// Description.
-    pub description: Option<String>,
-    /// Whether it supports thinking.
-    pub supports_thinking: bool,
-    /// Whether it supports reasoning effort.
-    pub supports_reasoning_effort: bool,
-}
-
-impl ModelListing {
-    /// A listing with just its names.
-    pub fn named(name: impl Into<String>, model: impl Into<String>) -> Self {
-        ModelListing {
-            name: name.into(),
-            model: model.into(),
-            display_name: None,
-            description: None,
-            supports_thinking: false,
-            supports_reasoning_effort: false,
-        }
-    }
-}
+pub use subflow_contracts::api::ModelListing;
 
 /// Everything the routes share; built by [`AppOptions::build`].
 #[derive(Debug, Clone)]
@@ -156,116 +127,52 @@ impl ActiveRuns {
 /// The implicit user of `auth.mode = local` (SPEC §13), and the owner of what it creates.
 pub const LOCAL_USER: &str = "default";
 
+/// Every route, each registered with its OpenAPI operation, which `openapi::document`
+/// reads back: a new route is a handler with `#[utoipa::path]` added here.
+pub(crate) fn api_router() -> OpenApiRouter<AppState> {
+    use routes::{assistants, batches, events, runs, tasks, threads, token_usage};
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(routes::health))
+        .routes(routes!(metrics::get))
+        .routes(routes!(routes::models))
+        .routes(routes!(batches::features))
+        .routes(routes!(batches::find))
+        .routes(routes!(openapi::get))
+        .routes(routes!(routes::info))
+        .routes(routes!(assistants::get))
+        .routes(routes!(assistants::graph))
+        .routes(routes!(assistants::schemas))
+        .routes(routes!(assistants::search))
+        .routes(routes!(threads::create))
+        .routes(routes!(threads::search))
+        .routes(routes!(threads::get, threads::delete))
+        .routes(routes!(threads::state))
+        .routes(routes!(token_usage::get))
+        .routes(routes!(threads::history_get, threads::history_post))
+        .routes(routes!(runs::list, runs::create))
+        .routes(routes!(runs::stream))
+        .routes(routes!(runs::wait))
+        .routes(routes!(runs::get))
+        .routes(routes!(runs::cancel))
+        .routes(routes!(runs::join))
+        .routes(routes!(runs::rejoin))
+        .routes(routes!(events::list))
+        .routes(routes!(tasks::list))
+        .routes(routes!(batches::list))
+        .routes(routes!(batches::get))
+        .routes(routes!(batches::items))
+        .routes(routes!(batches::pause))
+        .routes(routes!(batches::resume))
+        .routes(routes!(batches::cancel))
+        .routes(routes!(batches::retry))
+        .routes(routes!(batches::results))
+}
+
 /// Every route and, in order, every layer: the request counter outermost, then the
 /// trace-id layer around everything else, so errors carry the header too.
 pub fn router(state: AppState) -> Router {
-    Router::new()
-        .route("/health", get(routes::health))
-        .route("/metrics", get(metrics::get))
-        .route("/api/models", get(routes::models))
-        .route("/api/features", get(routes::batches::features))
-        .route(
-            "/api/subagent-batches/{batch_id}",
-            get(routes::batches::find),
-        )
-        .route("/api/openapi.json", get(openapi::get))
-        .route("/api/info", get(routes::info))
-        .route("/api/assistants/lead_agent", get(routes::assistants::get))
-        .route(
-            "/api/assistants/lead_agent/graph",
-            get(routes::assistants::graph),
-        )
-        .route(
-            "/api/assistants/lead_agent/schemas",
-            get(routes::assistants::schemas),
-        )
-        .route("/api/assistants/search", post(routes::assistants::search))
-        .route(
-            "/api/threads/{thread_id}/runs/{run_id}/join",
-            get(routes::runs::join),
-        )
-        .route("/api/threads", post(routes::threads::create))
-        .route("/api/threads/search", post(routes::threads::search))
-        .route(
-            "/api/threads/{thread_id}",
-            get(routes::threads::get).delete(routes::threads::delete),
-        )
-        .route(
-            "/api/threads/{thread_id}/state",
-            get(routes::threads::state),
-        )
-        .route(
-            "/api/threads/{thread_id}/token-usage",
-            get(routes::token_usage::get),
-        )
-        .route(
-            "/api/threads/{thread_id}/history",
-            get(routes::threads::history_get).post(routes::threads::history_post),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs/{run_id}/cancel",
-            post(routes::runs::cancel),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs/stream",
-            post(routes::runs::stream),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs/wait",
-            post(routes::runs::wait),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs",
-            get(routes::runs::list).post(routes::runs::create),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs/{run_id}",
-            get(routes::runs::get),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs/{run_id}/events",
-            get(routes::events::list),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs/{run_id}/tasks",
-            get(routes::tasks::list),
-        )
-        .route(
-            "/api/threads/{thread_id}/runs/{run_id}/stream",
-            get(routes::runs::rejoin),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches",
-            get(routes::batches::list),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches/{batch_id}",
-            get(routes::batches::get),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches/{batch_id}/items",
-            get(routes::batches::items),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches/{batch_id}/pause",
-            post(routes::batches::pause),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches/{batch_id}/resume",
-            post(routes::batches::resume),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches/{batch_id}/cancel",
-            post(routes::batches::cancel),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches/{batch_id}/items/{item_id}/retry",
-            post(routes::batches::retry),
-        )
-        .route(
-            "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl",
-            get(routes::batches::results),
-        )
+    let (routes, _) = api_router().split_for_parts();
+    routes
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(extract::method_not_allowed)
         .fallback(web::fallback)

@@ -17,7 +17,16 @@ use crate::{ApiError, AppState};
 /// The `route` label of requests no route matched (unknown paths, the UI fallback).
 pub const UNMATCHED_ROUTE: &str = "unmatched";
 
-/// `GET /metrics`: the text exposition of this process's metrics.
+/// `GET /metrics`: the text exposition of this process's metrics; needs `admin` in token
+/// mode unless `metrics.public`.
+#[utoipa::path(get, path = "/metrics", tag = "server",
+    responses(
+        (status = 200, description = "Prometheus text exposition format 0.0.4", content_type = "text/plain; version=0.0.4; charset=utf-8", body = String),
+        (status = 401, description = "Authentication required (token mode)", body = subflow_contracts::api::ErrorBody),
+        (status = 403, description = "Permission denied: admin", body = subflow_contracts::api::ErrorBody),
+        (status = 404, description = "metrics.enabled is false", body = subflow_contracts::api::ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("admin"))))]
 pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     if !state.metrics_enabled {
         return Err(ApiError::NotFound("Not Found".to_owned()));

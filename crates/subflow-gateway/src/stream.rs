@@ -21,16 +21,22 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use subflow_contracts::api::StreamMode;
+use subflow_contracts::messages::Message;
 use subflow_contracts::{NewEvent, RunStatus};
-use subflow_runtime::output::RunOutput;
-use subflow_runtime::run::RunResult;
-use subflow_store::{FrameBatch, RunStatusUpdate, RunUsage, Store, StreamFrame, StreamNotice};
+use subflow_runtime::output::{OutputSink, RunOutput};
+use subflow_runtime::run::{RunResult, RunSpec};
+use subflow_runtime::spans::{TraceOverrides, TraceRequest};
+use subflow_store::{
+    FrameBatch, RunRecord, RunStatusUpdate, RunUsage, Store, StreamFrame, StreamNotice,
+};
 use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::{ActiveRun, ActiveRuns, AppState};
+use crate::trace::RequestTrace;
+use crate::{ActiveRun, ActiveRuns, ApiError, AppState};
 use hub::Hub;
 
 /// Frames per store write; more pending frames go in the next write.
@@ -146,6 +152,28 @@ impl Streams {
     }
 }
 
+/// Stream mode names, as a run request or a rejoin query lists them; unknown ones are
+/// 422, all named at once.
+pub(crate) fn parse_stream_modes<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+) -> Result<Vec<StreamMode>, ApiError> {
+    let (mut modes, mut unknown) = (Vec::new(), Vec::new());
+    for name in names {
+        match name.parse::<StreamMode>() {
+            Ok(mode) => modes.push(mode),
+            Err(_) => unknown.push(name),
+        }
+    }
+    if unknown.is_empty() {
+        Ok(modes)
+    } else {
+        Err(ApiError::Unprocessable(format!(
+            "Unsupported stream mode(s): {}",
+            unknown.join(", ")
+        )))
+    }
+}
+
 /// Which frames a run's output becomes (the request's `stream_mode`).
 #[derive(Debug, Clone, Copy)]
 struct Modes {
@@ -156,29 +184,111 @@ struct Modes {
 }
 
 impl Modes {
-    fn of(modes: &[String]) -> Self {
-        let wants = |mode: &str| modes.iter().any(|m| m == mode);
+    fn of(modes: &[StreamMode]) -> Self {
+        let wants = |mode: StreamMode| modes.contains(&mode);
         Modes {
-            values: wants("values"),
-            messages: wants("messages-tuple"),
-            updates: wants("updates"),
-            custom: wants("custom"),
+            values: wants(StreamMode::Values),
+            messages: wants(StreamMode::MessagesTuple),
+            updates: wants(StreamMode::Updates),
+            custom: wants(StreamMode::Custom),
         }
     }
+}
+
+/// What a run whose `pending` record exists is started with.
+#[derive(Debug)]
+pub(crate) struct RunLaunch {
+    /// The input messages.
+    pub input: Vec<Message>,
+    /// The requested model, or the default.
+    pub model_name: Option<String>,
+    /// A delegating run's trace id (`config.metadata.trace_id`).
+    pub delegation_trace: Option<String>,
+    /// The request's trace: the run's trace id and exported parent.
+    pub trace: RequestTrace,
+    /// Langfuse attributes from `config.metadata`.
+    pub trace_overrides: TraceOverrides,
+    /// The frames the run's output becomes.
+    pub modes: Vec<StreamMode>,
+}
+
+/// Starts `run` on the runtime with its stream (SPEC §2.4, §2.5): the execution, which
+/// prices its usage into the metrics whatever its status (as `/token-usage` prices it,
+/// SPEC §7.4), and [`launch`]. Returns the outcome, resolving once the run's log is
+/// stored, and the token that cancels the run.
+pub(crate) async fn start_run(
+    state: &AppState,
+    run: &RunRecord,
+    launch_with: RunLaunch,
+) -> (JoinHandle<RunResult>, CancellationToken) {
+    let RunLaunch {
+        input,
+        model_name,
+        delegation_trace,
+        trace,
+        trace_overrides,
+        modes,
+    } = launch_with;
+    let cancel = CancellationToken::new();
+    let span = tracing::info_span!("run", trace_id = %trace.id, run_id = %run.run_id);
+    let spec = RunSpec {
+        thread_id: run.thread_id.clone(),
+        run_id: run.run_id.clone(),
+        user_id: Some(run.owner.clone()),
+        model_name,
+        input,
+        trace_id: trace.id,
+        delegation_trace,
+        cancel: cancel.clone(),
+        timeout: state.run_timeout,
+        trace: TraceRequest {
+            parent: trace.parent,
+            overrides: trace_overrides,
+        },
+    };
+    let (sink, output) = OutputSink::channel();
+    let runtime = state.runtime.clone();
+    let (metrics, prices, run_model) = (
+        state.metrics.clone(),
+        state.model_facts.clone(),
+        run.model_name.clone(),
+    );
+    let execution = async move {
+        let result = runtime.run(spec, sink).await;
+        for (model, currency, amount) in
+            crate::usage::run_costs(&result.usage, run_model.as_deref(), &prices)
+        {
+            metrics.add_cost(&model, &currency, amount);
+        }
+        result
+    };
+    // The run's frames are numbered and logged whoever watches (SPEC §2.5).
+    let outcome = launch(
+        state,
+        &run.run_id,
+        &run.thread_id,
+        cancel.clone(),
+        execution,
+        output,
+        &modes,
+        span,
+    )
+    .await;
+    (outcome, cancel)
 }
 
 /// Starts a run whose record exists: leases it, spawns its `execution` (the runtime
 /// executing it, writing into the sink whose receiver is `output`) and pumps the output
 /// into a hub and the store. The handle resolves once the run's log is stored.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn launch(
+async fn launch(
     state: &AppState,
     run_id: &str,
     thread_id: &str,
     cancel: CancellationToken,
     execution: impl Future<Output = RunResult> + Send + 'static,
     output: mpsc::UnboundedReceiver<RunOutput>,
-    modes: &[String],
+    modes: &[StreamMode],
     span: tracing::Span,
 ) -> JoinHandle<RunResult> {
     let streams = state.streams.clone();

@@ -3,10 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value, json};
 use subflow_contracts::RunStatus;
+use subflow_contracts::api::TokenUsage;
+use subflow_contracts::api::usage::{
+    BatchSpend, CallerTotals, ContextUsage, Cost, ModelTotals, StoppedRuns, TaskCost,
+};
 use subflow_contracts::messages::Message;
-use subflow_contracts::task_result::TokenUsage;
+use subflow_contracts::task_result::TokenUsage as TaskUsage;
 use subflow_store::{ModelUsage, RunRecord, RunUsage};
 
 /// What `/token-usage` needs to know about a configured model.
@@ -124,7 +127,7 @@ pub fn run_costs(
 /// The price of one task's cumulative usage at its model (SPEC §6.1, §7.4), as
 /// `{currency, total}`, or `None` when the model has no price. Task usage has no cache
 /// split, so every input token is priced as uncached.
-pub fn task_cost(usage: &TokenUsage, model: &str, models: &[ModelFacts]) -> Option<Value> {
+pub fn task_cost(usage: &TaskUsage, model: &str, models: &[ModelFacts]) -> Option<TaskCost> {
     let price = price_of(models, model)?;
     let bucket = ModelUsage {
         input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
@@ -133,11 +136,14 @@ pub fn task_cost(usage: &TokenUsage, model: &str, models: &[ModelFacts]) -> Opti
         cache_read_tokens: None,
     };
     let total = round6(bucket_cost(&bucket, price));
-    Some(json!({"currency": price.currency.to_uppercase(), "total": total}))
+    Some(TaskCost {
+        currency: price.currency.to_uppercase(),
+        total,
+    })
 }
 
 /// The `cost` object over counted runs, or null when nothing is priced or currencies mix.
-pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Value {
+pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Option<Cost> {
     cost_of(
         runs.iter()
             .flat_map(|run| run_costs(&run.usage, run.model_name.as_deref(), models)),
@@ -145,9 +151,9 @@ pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Value {
 }
 
 /// The `cost` object of priced amounts (SPEC §7.4 aggregation): `by_model` and `total`
-/// rounded to 6 decimals, or null when nothing is priced or currencies mix. Shared by
+/// rounded to 6 decimals, or `None` when nothing is priced or currencies mix. Shared by
 /// runs and batch items.
-pub fn cost_of(costs: impl IntoIterator<Item = RunCost>) -> Value {
+pub fn cost_of(costs: impl IntoIterator<Item = RunCost>) -> Option<Cost> {
     let mut by_model: BTreeMap<String, f64> = BTreeMap::new();
     let mut currencies: Vec<String> = Vec::new();
     for (model, currency, amount) in costs {
@@ -157,20 +163,20 @@ pub fn cost_of(costs: impl IntoIterator<Item = RunCost>) -> Value {
     currencies.sort_unstable();
     currencies.dedup();
     match currencies.as_slice() {
-        [currency] => {
-            let rounded: Map<String, Value> = by_model
+        [currency] => Some(Cost {
+            currency: currency.clone(),
+            total: round6(by_model.values().sum()),
+            by_model: by_model
                 .iter()
-                .map(|(m, c)| (m.clone(), json!(round6(*c))))
-                .collect();
-            let total = round6(by_model.values().sum());
-            json!({"currency": currency, "total": total, "by_model": rounded})
-        }
-        _ => Value::Null,
+                .map(|(m, c)| (m.clone(), round6(*c)))
+                .collect(),
+        }),
+        _ => None,
     }
 }
 
 /// `context_usage` of the latest checkpoint's messages against a model's window.
-pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> Value {
+pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> ContextUsage {
     let count: u64 = messages
         .iter()
         .map(|m| (m.text().chars().count() as u64).div_ceil(4) + 3)
@@ -178,7 +184,11 @@ pub fn context_usage(messages: &[Message], context_window: Option<u64>) -> Value
     let percentage = context_window
         .filter(|w| *w > 0)
         .map(|w| ((count as f64 / w as f64 * 100.0) * 10.0).round() / 10.0);
-    json!({"token_count": count, "max_context_tokens": context_window, "percentage": percentage})
+    ContextUsage {
+        token_count: count,
+        max_context_tokens: context_window,
+        percentage,
+    }
 }
 
 /// Whether a run ended stopped: `interrupted` or `timeout`. Such runs are never counted
@@ -213,8 +223,12 @@ impl Sums {
         sums
     }
 
-    fn by_caller(&self) -> Value {
-        json!({"lead_agent": self.lead, "subagent": self.subagent, "middleware": self.middleware})
+    fn by_caller(&self) -> CallerTotals {
+        CallerTotals {
+            lead_agent: self.lead,
+            subagent: self.subagent,
+            middleware: self.middleware,
+        }
     }
 }
 
@@ -224,7 +238,7 @@ pub fn summarise(
     runs: &[RunRecord],
     include_active: bool,
     models: &[ModelFacts],
-) -> Value {
+) -> TokenUsage {
     let counted: Vec<&RunRecord> = runs.iter().filter(|r| counted(r, include_active)).collect();
     let mut by_model: BTreeMap<String, (i64, u64)> = BTreeMap::new();
     for run in &counted {
@@ -245,30 +259,54 @@ pub fn summarise(
             }
         }
     }
-    let by_model: Map<String, Value> = by_model
-        .into_iter()
-        .map(|(m, (tokens, runs))| (m, json!({"tokens": tokens, "runs": runs})))
-        .collect();
     let sums = Sums::of(&counted);
     let stopped_runs: Vec<&RunRecord> = runs.iter().filter(|r| stopped(r)).collect();
     let stopped_sums = Sums::of(&stopped_runs);
-    json!({
-        "thread_id": thread_id, "total_tokens": sums.total, "total_input_tokens": sums.input,
-        "total_output_tokens": sums.output, "total_runs": counted.len(), "by_model": by_model,
-        "by_caller": sums.by_caller(),
-        "cost": cost(&counted, models),
-        "stopped_runs": {
-            "runs": stopped_runs.len(), "total_tokens": stopped_sums.total,
-            "total_input_tokens": stopped_sums.input, "total_output_tokens": stopped_sums.output,
-            "by_caller": stopped_sums.by_caller(), "cost": cost(&stopped_runs, models),
+    TokenUsage {
+        thread_id: thread_id.to_owned(),
+        total_tokens: sums.total,
+        total_input_tokens: sums.input,
+        total_output_tokens: sums.output,
+        total_runs: counted.len() as u64,
+        by_model: by_model
+            .into_iter()
+            .map(|(m, (tokens, runs))| (m, ModelTotals { tokens, runs }))
+            .collect(),
+        by_caller: sums.by_caller(),
+        cost: cost(&counted, models),
+        stopped_runs: StoppedRuns {
+            runs: stopped_runs.len() as u64,
+            total_tokens: stopped_sums.total,
+            total_input_tokens: stopped_sums.input,
+            total_output_tokens: stopped_sums.output,
+            by_caller: stopped_sums.by_caller(),
+            cost: cost(&stopped_runs, models),
         },
-    })
+        context_usage: None,
+        batches: BatchSpend::default(),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    /// The JSON body `summarise` answers with.
+    fn summary(
+        thread_id: &str,
+        runs: &[RunRecord],
+        include_active: bool,
+        models: &[ModelFacts],
+    ) -> Value {
+        serde_json::to_value(summarise(thread_id, runs, include_active, models)).unwrap()
+    }
+
+    /// The JSON of `context_usage`.
+    fn context(messages: &[Message], context_window: Option<u64>) -> Value {
+        serde_json::to_value(context_usage(messages, context_window)).unwrap()
+    }
     use subflow_store::RunUsage;
 
     fn facts(name: &str, price: Option<(f64, f64, Option<f64>, &str)>) -> ModelFacts {
@@ -360,7 +398,7 @@ mod tests {
             facts("gpt", Some((2.0, 8.0, Some(0.5), "usd"))),
             facts("claude", Some((3.0, 15.0, None, "USD"))),
         ];
-        let body = summarise("t", &runs, false, &models);
+        let body = summary("t", &runs, false, &models);
         assert_eq!(body["total_runs"], 2);
         assert_eq!(body["total_tokens"], 1220);
         let sum: i64 = body["by_model"]
@@ -371,7 +409,7 @@ mod tests {
             .sum();
         assert_eq!(sum, 1220);
         assert_eq!(body["by_model"]["gpt"], json!({"tokens": 1020, "runs": 2}));
-        assert_eq!(summarise("t", &runs, true, &models)["total_runs"], 3);
+        assert_eq!(summary("t", &runs, true, &models)["total_runs"], 3);
         // Interrupted and timed-out runs stay out of the totals, summed beside them.
         let stopped = &body["stopped_runs"];
         assert_eq!(stopped["runs"], 2);
@@ -395,7 +433,7 @@ mod tests {
     fn cost_is_null_when_unpriced_or_mixed_and_legacy_runs_fall_back() {
         let unpriced = [facts("gpt", None)];
         let runs = vec![run(RunStatus::Success, "gpt", &[("gpt", 10, 10, None)])];
-        assert_eq!(summarise("t", &runs, false, &unpriced)["cost"], Value::Null);
+        assert_eq!(summary("t", &runs, false, &unpriced)["cost"], Value::Null);
         let mixed = [
             facts("gpt", Some((1.0, 1.0, None, "USD"))),
             facts("claude", Some((1.0, 1.0, None, "EUR"))),
@@ -405,12 +443,12 @@ mod tests {
             "gpt",
             &[("gpt", 10, 10, None), ("claude", 10, 10, None)],
         )];
-        assert_eq!(summarise("t", &both, false, &mixed)["cost"], Value::Null);
+        assert_eq!(summary("t", &both, false, &mixed)["cost"], Value::Null);
         let mut legacy = run(RunStatus::Success, "GPT-model", &[]);
         legacy.usage.total_input_tokens = 1_000_000;
         legacy.usage.total_tokens = 1_000_000;
         let priced = [facts("gpt", Some((2.0, 8.0, Some(0.5), "USD")))];
-        let body = summarise("t", &[legacy], false, &priced);
+        let body = summary("t", &[legacy], false, &priced);
         assert_eq!(
             body["by_model"]["GPT-model"],
             json!({"tokens": 1_000_000, "runs": 1})
@@ -422,10 +460,10 @@ mod tests {
     fn context_usage_counts_characters_over_four_plus_three_per_message() {
         let messages = vec![Message::human("abcdefgh"), Message::human("abc")];
         assert_eq!(
-            context_usage(&messages, Some(1000)),
+            context(&messages, Some(1000)),
             json!({"token_count": 2 + 3 + 1 + 3, "max_context_tokens": 1000, "percentage": 0.9})
         );
-        assert_eq!(context_usage(&messages, None)["percentage"], Value::Null);
+        assert_eq!(context(&messages, None)["percentage"], Value::Null);
     }
 
     proptest! {
@@ -443,7 +481,7 @@ mod tests {
         fn the_cost_total_is_the_sum_of_its_models(a in 0i64..5_000_000, b in 0i64..5_000_000, c in 0i64..5_000_000) {
             let runs = vec![run(RunStatus::Success, "gpt", &[("gpt", a, b, None), ("claude", c, a, Some(c / 2))])];
             let models = [facts("gpt", Some((2.0, 8.0, None, "USD"))), facts("claude", Some((3.0, 15.0, Some(0.3), "USD")))];
-            let cost = summarise("t", &runs, false, &models)["cost"].clone();
+            let cost = summary("t", &runs, false, &models)["cost"].clone();
             if cost.is_null() { return Ok(()); }
             let sum: f64 = cost["by_model"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
             prop_assert!((sum - cost["total"].as_f64().unwrap()).abs() < 1e-5);

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use serde::Serialize;
 use serde_json::Value;
+pub use subflow_contracts::api::{BatchCounts, ItemUsage};
 use subflow_contracts::{BatchItemStatus, BatchStatus, SubagentStopReason, ThreadId};
 use uuid::Uuid;
 
@@ -83,111 +83,6 @@ pub fn new_batch_id() -> String {
 /// A new item id: `batch-item-` + 32 hex digits.
 pub fn new_item_id() -> String {
     format!("{ITEM_ID_PREFIX}{}", Uuid::new_v4().simple())
-}
-
-/// How many items of a batch are in each status (all seven, always).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
-pub struct BatchCounts {
-    /// Waiting for promotion.
-    pub pending: u64,
-    /// Promoted, waiting for a claim.
-    pub queued: u64,
-    /// Claimed by a worker, not yet running.
-    pub leased: u64,
-    /// Running on a worker.
-    pub running: u64,
-    /// Finished with a result.
-    pub succeeded: u64,
-    /// Finished without one after its last attempt.
-    pub failed: u64,
-    /// Cancelled with the batch.
-    pub cancelled: u64,
-}
-
-impl BatchCounts {
-    /// The count of `status`.
-    pub fn get(&self, status: BatchItemStatus) -> u64 {
-        match status {
-            BatchItemStatus::Pending => self.pending,
-            BatchItemStatus::Queued => self.queued,
-            BatchItemStatus::Leased => self.leased,
-            BatchItemStatus::Running => self.running,
-            BatchItemStatus::Succeeded => self.succeeded,
-            BatchItemStatus::Failed => self.failed,
-            BatchItemStatus::Cancelled => self.cancelled,
-        }
-    }
-
-    fn slot(&mut self, status: BatchItemStatus) -> &mut u64 {
-        match status {
-            BatchItemStatus::Pending => &mut self.pending,
-            BatchItemStatus::Queued => &mut self.queued,
-            BatchItemStatus::Leased => &mut self.leased,
-            BatchItemStatus::Running => &mut self.running,
-            BatchItemStatus::Succeeded => &mut self.succeeded,
-            BatchItemStatus::Failed => &mut self.failed,
-            BatchItemStatus::Cancelled => &mut self.cancelled,
-        }
-    }
-
-    /// Counts one item moving from `from` to `to`.
-    pub fn shift(&mut self, from: BatchItemStatus, to: BatchItemStatus) {
-        let from_slot = self.slot(from);
-        *from_slot = from_slot.saturating_sub(1);
-        *self.slot(to) += 1;
-    }
-
-    /// Adds `n` items of `status`.
-    pub fn add(&mut self, status: BatchItemStatus, n: u64) {
-        *self.slot(status) += n;
-    }
-
-    /// The counts of a list of statuses.
-    pub fn of(statuses: impl IntoIterator<Item = BatchItemStatus>) -> Self {
-        let mut counts = BatchCounts::default();
-        for status in statuses {
-            counts.add(status, 1);
-        }
-        counts
-    }
-
-    /// Items in a status a worker holds or is about to take: queued, leased, running.
-    pub fn active(&self) -> u64 {
-        self.queued + self.leased + self.running
-    }
-
-    /// Items under a lease: leased and running.
-    pub fn leased_or_running(&self) -> u64 {
-        self.leased + self.running
-    }
-
-    /// Items that are not yet terminal.
-    pub fn unfinished(&self) -> u64 {
-        self.pending + self.active()
-    }
-
-    /// Every item.
-    pub fn total(&self) -> u64 {
-        self.unfinished() + self.succeeded + self.failed + self.cancelled
-    }
-
-    /// `(status, count)` for all seven statuses, in SPEC order.
-    pub fn iter(&self) -> impl Iterator<Item = (BatchItemStatus, u64)> + '_ {
-        BatchItemStatus::ALL
-            .iter()
-            .map(|status| (*status, self.get(*status)))
-    }
-}
-
-/// Summed token usage of an item's attempt (SPEC §12.3 `token_usage`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
-pub struct ItemUsage {
-    /// Input tokens.
-    pub input_tokens: i64,
-    /// Output tokens.
-    pub output_tokens: i64,
-    /// Total tokens.
-    pub total_tokens: i64,
 }
 
 /// A stored batch: the public fields of SPEC §12.3, then the hidden ones.

@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
 
+pub use subflow_contracts::api::ModelUsage;
+
 use crate::Result;
 
 /// A thread to create.
@@ -104,20 +106,6 @@ pub struct NewRun {
     pub multitask_strategy: String,
     /// The run request's remaining arguments.
     pub kwargs: Value,
-}
-
-/// Token usage of one model within a run (SPEC §7.2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-pub struct ModelUsage {
-    /// Input tokens, cached ones included.
-    pub input_tokens: i64,
-    /// Output tokens.
-    pub output_tokens: i64,
-    /// Total tokens.
-    pub total_tokens: i64,
-    /// Cached input tokens, present only when > 0.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cache_read_tokens: Option<i64>,
 }
 
 /// A run's token rollup columns (SPEC §7.2).

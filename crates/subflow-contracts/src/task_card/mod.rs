@@ -96,6 +96,7 @@ impl From<TokenUsage> for CardUsage {
 
 /// Whether a step is a model turn or a tool result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum StepKind {
     /// A model turn, possibly requesting tools.

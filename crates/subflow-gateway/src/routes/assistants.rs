@@ -4,55 +4,73 @@
 use std::sync::OnceLock;
 
 use axum::Json;
-use serde_json::{Value, json};
+use serde_json::json;
+use subflow_contracts::api::Assistant;
+use subflow_contracts::api::GraphSchema;
+use subflow_contracts::api::meta::{AssistantGraph, GraphEdge, GraphNode};
 
-/// The assistant object.
-fn assistant() -> Value {
-    json!({"assistant_id": "lead_agent", "graph_id": "lead_agent", "name": "lead_agent", "config": {}, "metadata": {}})
+/// `GET /api/assistants/lead_agent`: the one assistant.
+#[utoipa::path(get, path = "/api/assistants/lead_agent", tag = "assistants",
+    responses((status = 200, description = "The lead agent", body = Assistant)))]
+pub async fn get() -> Json<Assistant> {
+    Json(Assistant::lead_agent())
 }
 
-/// `GET /api/assistants/lead_agent`.
-pub async fn get() -> Json<Value> {
-    Json(assistant())
-}
-
-/// `POST /api/assistants/search`.
-pub async fn search() -> Json<Value> {
-    Json(json!([assistant()]))
+/// `POST /api/assistants/search`: lists the one assistant, whatever the body.
+#[utoipa::path(post, path = "/api/assistants/search", tag = "assistants",
+    responses((status = 200, description = "The lead agent, alone", body = Vec<Assistant>)))]
+pub async fn search() -> Json<Vec<Assistant>> {
+    Json(vec![Assistant::lead_agent()])
 }
 
 /// `GET /api/assistants/lead_agent/graph`: the lead loop as LangGraph draws a graph, its
 /// nodes named as `langgraph_node` and `updates` name them — `model` calls the model,
 /// `tools` runs the tool calls it asked for (tasks included), until it asks for none.
 /// The graph has no subgraphs, so `xray` changes nothing.
-pub async fn graph() -> Json<&'static Value> {
-    static GRAPH: OnceLock<Value> = OnceLock::new();
+#[utoipa::path(get, path = "/api/assistants/lead_agent/graph", tag = "assistants",
+    responses((status = 200, description = "The lead loop's nodes and edges", body = AssistantGraph)))]
+pub async fn graph() -> Json<&'static AssistantGraph> {
+    static GRAPH: OnceLock<AssistantGraph> = OnceLock::new();
     Json(GRAPH.get_or_init(|| {
-        let runnable = |name: &str| {
-            json!({"id": name, "type": "runnable", "data": {"id": ["subflow", "lead_agent", name], "name": name}})
+        let schema = |name: &str| GraphNode {
+            id: name.to_owned(),
+            kind: "schema".to_owned(),
+            data: json!(name),
         };
-        json!({
-            "nodes": [
-                {"id": "__start__", "type": "schema", "data": "__start__"},
+        let runnable = |name: &str| GraphNode {
+            id: name.to_owned(),
+            kind: "runnable".to_owned(),
+            data: json!({"id": ["subflow", "lead_agent", name], "name": name}),
+        };
+        let edge = |source: &str, target: &str, conditional: bool| GraphEdge {
+            source: source.to_owned(),
+            target: target.to_owned(),
+            conditional,
+        };
+        AssistantGraph {
+            nodes: vec![
+                schema("__start__"),
                 runnable("model"),
                 runnable("tools"),
-                {"id": "__end__", "type": "schema", "data": "__end__"},
+                schema("__end__"),
             ],
-            "edges": [
-                {"source": "__start__", "target": "model"},
-                {"source": "model", "target": "tools", "conditional": true},
-                {"source": "model", "target": "__end__", "conditional": true},
-                {"source": "tools", "target": "model"},
+            edges: vec![
+                edge("__start__", "model", false),
+                edge("model", "tools", true),
+                edge("model", "__end__", true),
+                edge("tools", "model", false),
             ],
-        })
+        }
     }))
 }
 
 /// `GET /api/assistants/lead_agent/schemas`: LangGraph's `GraphSchema` — the input the
 /// runs API takes, the state and output it keeps (SPEC §2.3), the `configurable` keys
 /// and the context keys it reads (SPEC §2.2).
-pub async fn schemas() -> Json<&'static Value> {
-    static SCHEMAS: OnceLock<Value> = OnceLock::new();
+#[utoipa::path(get, path = "/api/assistants/lead_agent/schemas", tag = "assistants",
+    responses((status = 200, description = "JSON Schemas of the lead agent's input, output, state, config and context", body = GraphSchema)))]
+pub async fn schemas() -> Json<&'static GraphSchema> {
+    static SCHEMAS: OnceLock<GraphSchema> = OnceLock::new();
     Json(SCHEMAS.get_or_init(|| {
         let message = json!({
             "type": "object",
@@ -74,16 +92,16 @@ pub async fn schemas() -> Json<&'static Value> {
         let messages = json!({"type": "array", "items": message});
         let state = json!({"title": "LeadAgentState", "type": "object",
             "properties": {"messages": messages, "title": {"type": "string"}}, "required": ["messages"]});
-        json!({
-            "graph_id": "lead_agent",
-            "input_schema": {"title": "LeadAgentInput", "type": "object",
-                "properties": {"messages": messages}},
-            "output_schema": state,
-            "state_schema": state,
-            "config_schema": {"title": "Configurable", "type": "object",
-                "properties": {"model_name": {"type": "string", "description": "A configured model's name; the default model when absent"}}},
-            "context_schema": {"title": "Context", "type": "object", "additionalProperties": true,
-                "properties": {"model_name": {"type": "string", "description": "A configured model's name, when config.configurable has none"}}},
-        })
+        GraphSchema {
+            graph_id: "lead_agent".to_owned(),
+            input_schema: json!({"title": "LeadAgentInput", "type": "object",
+                "properties": {"messages": messages}}),
+            output_schema: state.clone(),
+            state_schema: state,
+            config_schema: json!({"title": "Configurable", "type": "object",
+                "properties": {"model_name": {"type": "string", "description": "A configured model's name; the default model when absent"}}}),
+            context_schema: json!({"title": "Context", "type": "object", "additionalProperties": true,
+                "properties": {"model_name": {"type": "string", "description": "A configured model's name, when config.configurable has none"}}}),
+        }
     }))
 }

@@ -14,18 +14,46 @@ use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use subflow_contracts::api::{
+    Batch, BatchExportLine, BatchItem as PublicItem, ErrorBody, Features,
+};
 use subflow_contracts::{BatchItemStatus, Permission};
 use subflow_store::batches::{
     ActivityQuery, BatchActivity, BatchItem, BatchQuery, BatchRecord, BatchScope, EXPORT_PAGE,
     ITEMS_MAX_LIMIT, ItemQuery, LIST_MAX_LIMIT, RetryOutcome,
 };
 use time::OffsetDateTime;
+use utoipa::IntoParams;
 
+use super::ThreadPath;
 use crate::auth::{Caller, authorize_thread};
-use crate::extract::{Path, Query};
 use crate::batch_progress::{Progress, progress, window_start};
+use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
+
+/// `{thread_id}/subagent-batches/{batch_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct BatchPath {
+    /// A thread id; another user's thread is 404.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    thread_id: String,
+    /// A batch of the caller's in that thread.
+    batch_id: String,
+}
+
+/// `{thread_id}/subagent-batches/{batch_id}/items/{item_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ItemPath {
+    /// A thread id; another user's thread is 404.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    thread_id: String,
+    /// A batch of the caller's in that thread.
+    batch_id: String,
+    /// An item of that batch.
+    item_id: String,
+}
 
 /// 404 for a missing, foreign or other-thread batch.
 pub const NOT_FOUND: &str = "Subagent batch not found";
@@ -87,8 +115,13 @@ pub(crate) async fn worker_running(state: &AppState) -> Result<bool, ApiError> {
     Ok(live > 0)
 }
 
-/// `GET /api/features`.
-pub async fn features(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
+/// `GET /api/features`: optional capabilities of this gateway.
+#[utoipa::path(get, path = "/api/features", tag = "server",
+    responses(
+        (status = 200, description = "What this gateway offers", body = Features),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ))]
+pub async fn features(State(state): State<AppState>) -> Result<Json<Features>, ApiError> {
     let running = worker_running(&state).await?;
     // The claim capacity of a worker here: this process's, or what one started with
     // this configuration would have.
@@ -97,12 +130,14 @@ pub async fn features(State(state): State<AppState>) -> Result<Json<Value>, ApiE
         _ if running => state.runtime.admission().max_running(),
         _ => 0,
     };
-    Ok(Json(json!({"subagent_batches": {
-        "enabled": running,
-        "repository_available": true,
-        "worker_running": running,
-        "max_running": max_running,
-    }})))
+    Ok(Json(Features {
+        subagent_batches: subflow_contracts::api::BatchFeatures {
+            enabled: running,
+            repository_available: true,
+            worker_running: running,
+            max_running: u32::try_from(max_running).unwrap_or(u32::MAX),
+        },
+    }))
 }
 
 fn store_error(error: subflow_store::Error) -> ApiError {
@@ -116,27 +151,27 @@ fn store_error(error: subflow_store::Error) -> ApiError {
 
 /// The public fields of a batch (SPEC §12.3), `counts` always with all seven statuses,
 /// then the additive progress fields.
-pub fn public_batch(batch: &BatchRecord, progress: &Progress) -> Value {
-    json!({
-        "id": batch.id,
-        "thread_id": batch.thread_id,
-        "title": batch.title,
-        "subagent_type": batch.subagent_type,
-        "status": batch.status,
-        "total_items": batch.total_items,
-        "max_live_items": batch.max_live_items,
-        "max_running_items": batch.max_running_items,
-        "max_attempts": batch.max_attempts,
-        "created_at": batch.created_at,
-        "updated_at": batch.updated_at,
-        "completed_at": batch.completed_at,
-        "counts": batch.counts,
-        "usage": progress.usage,
-        "cost": progress.cost,
-        "items_per_minute": progress.items_per_minute,
-        "eta_seconds": progress.eta_seconds,
-        "projected_cost": progress.projected_cost,
-    })
+pub fn public_batch(batch: &BatchRecord, progress: Progress) -> Batch {
+    Batch {
+        id: batch.id.clone(),
+        thread_id: batch.thread_id.clone(),
+        title: batch.title.clone(),
+        subagent_type: batch.subagent_type.clone(),
+        status: batch.status,
+        total_items: batch.total_items,
+        max_live_items: batch.max_live_items,
+        max_running_items: batch.max_running_items,
+        max_attempts: batch.max_attempts,
+        created_at: batch.created_at.clone(),
+        updated_at: batch.updated_at.clone(),
+        completed_at: batch.completed_at.clone(),
+        counts: batch.counts,
+        usage: progress.usage,
+        cost: progress.cost,
+        items_per_minute: progress.items_per_minute,
+        eta_seconds: progress.eta_seconds,
+        projected_cost: progress.projected_cost,
+    }
 }
 
 /// The public batches with their progress, from one activity read of the store.
@@ -144,7 +179,7 @@ async fn present(
     state: &AppState,
     scope: &BatchScope,
     batches: &[BatchRecord],
-) -> Result<Vec<Value>, ApiError> {
+) -> Result<Vec<Batch>, ApiError> {
     if batches.is_empty() {
         return Ok(Vec::new());
     }
@@ -162,7 +197,7 @@ async fn present(
         .iter()
         .map(|batch| {
             let activity = BatchActivity::find(&activities, &batch.id);
-            public_batch(batch, &progress(batch, &activity, now, &state.model_facts))
+            public_batch(batch, progress(batch, &activity, now, &state.model_facts))
         })
         .collect())
 }
@@ -172,40 +207,43 @@ async fn present_one(
     state: &AppState,
     scope: &BatchScope,
     batch: BatchRecord,
-) -> Result<Json<Value>, ApiError> {
-    let mut presented = present(state, scope, std::slice::from_ref(&batch)).await?;
-    Ok(Json(presented.pop().unwrap_or(Value::Null)))
+) -> Result<Json<Batch>, ApiError> {
+    let presented = present(state, scope, std::slice::from_ref(&batch)).await?;
+    presented.into_iter().next().map(Json).ok_or_else(not_found)
 }
 
 /// The public fields of an item (SPEC §12.3); never its prompt, lease or result.
-pub fn public_item(item: &BatchItem) -> Value {
-    json!({
-        "id": item.id,
-        "batch_id": item.batch_id,
-        "item_key": item.item_key,
-        "position": item.position,
-        "status": item.status,
-        "attempt": item.attempt,
-        "model_name": item.model_name,
-        "result_preview": item.result_preview,
-        "result_truncated": item.result_truncated,
-        "error": item.error,
-        "stop_reason": item.stop_reason,
-        "token_usage": item.token_usage,
-        "acceptance_criteria": item.acceptance_criteria,
-        "acceptance_verdict": item.acceptance_verdict,
-        "started_at": item.started_at,
-        "completed_at": item.completed_at,
-        "created_at": item.created_at,
-        "updated_at": item.updated_at,
-    })
+pub fn public_item(item: &BatchItem) -> PublicItem {
+    PublicItem {
+        id: item.id.clone(),
+        batch_id: item.batch_id.clone(),
+        item_key: item.item_key.clone(),
+        position: item.position,
+        status: item.status,
+        attempt: item.attempt,
+        model_name: item.model_name.clone(),
+        result_preview: item.result_preview.clone(),
+        result_truncated: item.result_truncated,
+        error: item.error.clone(),
+        stop_reason: item.stop_reason,
+        token_usage: item.token_usage,
+        acceptance_criteria: item.acceptance_criteria.clone(),
+        acceptance_verdict: item.acceptance_verdict.clone(),
+        started_at: item.started_at.clone(),
+        completed_at: item.completed_at.clone(),
+        created_at: item.created_at.clone(),
+        updated_at: item.updated_at.clone(),
+    }
 }
 
 /// One export line: the public item plus `result`.
 fn export_line(item: &BatchItem) -> Vec<u8> {
-    let mut value = public_item(item);
-    value["result"] = json!(item.result);
-    let mut line = value.to_string().into_bytes();
+    let line = BatchExportLine {
+        item: public_item(item),
+        result: item.result.clone(),
+    };
+    // Serialising strings, numbers and enums cannot fail.
+    let mut line = serde_json::to_vec(&line).unwrap_or_default();
     line.push(b'\n');
     line
 }
@@ -262,19 +300,30 @@ fn limit(raw: Option<&str>, default: u32, max: u32) -> Result<u32, ApiError> {
     }
 }
 
-/// `GET ""` parameters.
-#[derive(Debug, Deserialize)]
+/// `GET ""` parameters. Numbers are read as text so a bad one is a 422 that names it.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
+    /// Page size, default 20.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
     limit: Option<String>,
 }
 
 /// The caller's batches in the thread, newest first; `[]` for an unowned thread.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/subagent-batches", tag = "batches", params(ThreadPath, ListParams),
+    responses(
+        (status = 200, description = "The caller's batches in the thread, newest first (created_at, id descending); none for an unknown or deleted thread (SPEC §13)", body = Vec<Batch>),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Query(params): Query<ListParams>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<Batch>>, ApiError> {
     let scope = scope(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let query = BatchQuery {
         status: None,
@@ -288,46 +337,92 @@ pub async fn list(
     Ok(Json(present(&state, &scope, &batches).await?))
 }
 
-/// `GET /{batch_id}`.
+/// `GET /{batch_id}`: a batch with its counts by item status.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}", tag = "batches", params(BatchPath),
+    responses(
+        (status = 200, description = "The batch", body = Batch),
+        (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 422, description = "Invalid thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, batch_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    Path(BatchPath {
+        thread_id,
+        batch_id,
+    }): Path<BatchPath>,
+) -> Result<Json<Batch>, ApiError> {
     let scope = scope(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let batch = load(&state, &scope, &batch_id).await?;
     present_one(&state, &scope, batch).await
 }
 
+/// `{batch_id}` of the batch lookup by id alone.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct BatchIdPath {
+    /// A batch of the caller's, in any of their threads.
+    batch_id: String,
+}
+
 /// `GET /api/subagent-batches/{batch_id}` (additive): the caller's batch in whichever of
 /// their threads it is, so that a client holding only a batch id (`subflow batches
 /// show`) learns its thread. Needs `threads:read`; another user's batch is 404.
+#[utoipa::path(get, path = "/api/subagent-batches/{batch_id}", tag = "batches", params(BatchIdPath),
+    description = "The caller's batch in whichever of their threads it is (additive).",
+    responses(
+        (status = 200, description = "The batch", body = Batch),
+        (status = 404, description = "No such batch of the caller's", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn find(
     State(state): State<AppState>,
     caller: Caller,
-    Path(batch_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    Path(BatchIdPath { batch_id }): Path<BatchIdPath>,
+) -> Result<Json<Batch>, ApiError> {
     caller.require(Permission::ThreadsRead)?;
     let batch = load(&state, &BatchScope::user(&caller.user_id), &batch_id).await?;
     let scope = BatchScope::thread(&caller.user_id, &batch.thread_id);
     present_one(&state, &scope, batch).await
 }
 
-/// `GET /{batch_id}/items` parameters.
-#[derive(Debug, Deserialize)]
+/// `GET /{batch_id}/items` parameters. Numbers are read as text so a bad one is a 422
+/// that names it.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ItemParams {
+    /// Items to skip, default 0.
+    #[param(value_type = Option<u32>)]
     offset: Option<String>,
+    /// Page size, default 100.
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
     limit: Option<String>,
+    /// Only items in this status.
+    #[param(value_type = Option<BatchItemStatus>)]
     status: Option<String>,
 }
 
-/// A page of the batch's items in `position` order.
+/// A page of the batch's items in `position` order, without results.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/items", tag = "batches", params(BatchPath, ItemParams),
+    responses(
+        (status = 200, description = "A page of the batch's items in position order", body = Vec<PublicItem>),
+        (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 422, description = "Invalid query (Unknown batch item status) or thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn items(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, batch_id)): Path<(String, String)>,
+    Path(BatchPath {
+        thread_id,
+        batch_id,
+    }): Path<BatchPath>,
     Query(params): Query<ItemParams>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<PublicItem>>, ApiError> {
     let scope = scope(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     load(&state, &scope, &batch_id).await?;
     let status = params
@@ -365,7 +460,7 @@ async fn control(
     thread_id: &str,
     batch_id: &str,
     control: Control,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Batch>, ApiError> {
     let scope = scope(state, caller, Permission::ThreadsWrite, thread_id).await?;
     if matches!(control, Control::Cancel) && !state.batches.enabled {
         return Err(ApiError::Unavailable(WORKER_NOT_RUNNING.to_owned()));
@@ -383,39 +478,88 @@ async fn control(
 }
 
 /// `POST /{batch_id}/pause`: queued or running → paused, else a 200 no-op.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/pause", tag = "batches", params(BatchPath),
+    description = "Pauses a queued or running batch; a 200 no-op otherwise.",
+    responses(
+        (status = 200, description = "The batch after the control", body = Batch),
+        (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 422, description = "Invalid thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn pause(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, batch_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    Path(BatchPath {
+        thread_id,
+        batch_id,
+    }): Path<BatchPath>,
+) -> Result<Json<Batch>, ApiError> {
     control(&state, &caller, &thread_id, &batch_id, Control::Pause).await
 }
 
 /// `POST /{batch_id}/resume`: paused → queued, else a 200 no-op.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/resume", tag = "batches", params(BatchPath),
+    description = "Resumes a paused batch to queued; a 200 no-op otherwise.",
+    responses(
+        (status = 200, description = "The batch after the control", body = Batch),
+        (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 422, description = "Invalid thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn resume(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, batch_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    Path(BatchPath {
+        thread_id,
+        batch_id,
+    }): Path<BatchPath>,
+) -> Result<Json<Batch>, ApiError> {
     control(&state, &caller, &thread_id, &batch_id, Control::Resume).await
 }
 
 /// `POST /{batch_id}/cancel`: every unfinished item cancelled at once; workers anywhere
 /// stop their executions at the next renewal.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/cancel", tag = "batches", params(BatchPath),
+    description = "Cancels an active batch and every unfinished item at once.",
+    responses(
+        (status = 200, description = "The batch after the control", body = Batch),
+        (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 422, description = "Invalid thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available (also: Subagent batch worker is not running, when subagent_batches.enabled is false)", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, batch_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    Path(BatchPath {
+        thread_id,
+        batch_id,
+    }): Path<BatchPath>,
+) -> Result<Json<Batch>, ApiError> {
     control(&state, &caller, &thread_id, &batch_id, Control::Cancel).await
 }
 
 /// `POST /{batch_id}/items/{item_id}/retry`: a failed item back to `pending`.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/items/{item_id}/retry", tag = "batches", params(ItemPath),
+    responses(
+        (status = 200, description = "The item, pending again; a finished batch is queued again", body = PublicItem),
+        (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 409, description = "Only failed items can be retried, or Items of a cancelled batch cannot be retried", body = ErrorBody),
+        (status = 422, description = "Invalid thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn retry(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, batch_id, item_id)): Path<(String, String, String)>,
-) -> Result<Json<Value>, ApiError> {
+    Path(ItemPath {
+        thread_id,
+        batch_id,
+        item_id,
+    }): Path<ItemPath>,
+) -> Result<Json<PublicItem>, ApiError> {
     let scope = scope(&state, &caller, Permission::ThreadsWrite, &thread_id).await?;
     match state
         .store
@@ -435,10 +579,21 @@ pub async fn retry(
 
 /// `GET /{batch_id}/results.jsonl`: one line per item with its `result`, in `position`
 /// order, read from the store in pages of 500 while the body streams.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/results.jsonl", tag = "batches", params(BatchPath),
+    responses(
+        (status = 200, description = "One line per item in position order, as an attachment named {batch_id}-results.jsonl", content_type = "application/x-ndjson", body = BatchExportLine),
+        (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 422, description = "Invalid thread id", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn results(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, batch_id)): Path<(String, String)>,
+    Path(BatchPath {
+        thread_id,
+        batch_id,
+    }): Path<BatchPath>,
 ) -> Result<Response, ApiError> {
     let scope = scope(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let batch = load(&state, &scope, &batch_id).await?;

@@ -3,18 +3,29 @@
 use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
+use subflow_contracts::api::ErrorBody;
 use subflow_contracts::{Permission, RunEvent};
 use subflow_store::{EventQuery, MAX_PAGE_LIMIT};
+use utoipa::IntoParams;
 
+use super::RunPath;
 use crate::auth::{Caller, authorize_thread};
 use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
-#[derive(Debug, Deserialize)]
+/// The query of `…/events`. Numbers are read as text so a bad one is a 422 that names it.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventParams {
+    /// Comma-separated event types; empty means all.
     event_types: Option<String>,
+    /// Only events of this task.
     task_id: Option<String>,
+    /// Page size, default 500.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 2000)]
     limit: Option<String>,
+    /// Only events with a larger seq.
+    #[param(value_type = Option<i64>, minimum = 1)]
     after_seq: Option<String>,
 }
 
@@ -29,10 +40,17 @@ fn integer(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
 
 /// One page of a run's events, ascending by `seq`, as a bare array; `[]` for an
 /// unowned thread id.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/events", tag = "runs", params(RunPath, EventParams),
+    responses(
+        (status = 200, description = "Persisted run events, ascending by seq; none for an unknown or deleted thread or run (SPEC §13)", body = Vec<RunEvent>),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:read"))))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, run_id)): Path<(String, String)>,
+    Path(RunPath { thread_id, run_id }): Path<RunPath>,
     Query(params): Query<EventParams>,
 ) -> Result<Json<Vec<RunEvent>>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;

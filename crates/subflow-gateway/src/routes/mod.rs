@@ -1,4 +1,7 @@
-//! Route handlers, one module per resource.
+//! Route handlers, one module per resource, each annotated with its OpenAPI operation
+//! (`#[utoipa::path]`): the router registers handlers through `utoipa_axum::routes!`, so
+//! a routed handler is a documented one. The path and query types here are what the
+//! handlers extract, and what the document's parameters are generated from.
 
 pub mod assistants;
 pub mod batches;
@@ -14,59 +17,105 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::extract::rejection::BytesRejection;
 use axum::http::StatusCode;
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use subflow_contracts::api::meta::{
+    InfoFlags, InfoHost, ModelPricing, PricedModel, TokenUsageShown,
+};
+use subflow_contracts::api::{Health, Info, Models};
 use subflow_contracts::ids::is_valid_thread_id;
+use utoipa::IntoParams;
 
 use crate::{ApiError, AppState};
 
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
-/// `GET /health`, without auth.
-pub async fn health() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+/// `{thread_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct ThreadPath {
+    /// A thread id; another user's thread is 404.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub thread_id: String,
 }
 
-/// `GET /api/models` (SPEC §7.5), each model with its `pricing` (additive: clients price
-/// live usage, such as a running task card's, at the rates `/token-usage` uses).
-pub async fn models(State(state): State<AppState>) -> Json<Value> {
-    let models: Vec<Value> = state
+/// `{thread_id}/runs/{run_id}`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Path)]
+pub struct RunPath {
+    /// A thread id; another user's thread is 404.
+    #[param(pattern = "^[A-Za-z0-9_-]{1,64}$")]
+    pub thread_id: String,
+    /// A run of that thread.
+    pub run_id: String,
+}
+
+/// `GET /health`, without auth.
+#[utoipa::path(get, path = "/health", tag = "server", security(()),
+    responses((status = 200, description = "The process serves", body = Health)))]
+pub async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".to_owned(),
+    })
+}
+
+/// `GET /api/models` (SPEC §7.5), each model with its `pricing`.
+#[utoipa::path(get, path = "/api/models", tag = "server",
+    responses((status = 200, description = "The configured models, the default first, with their prices", body = Models)))]
+pub async fn models(State(state): State<AppState>) -> Json<Models> {
+    let models = state
         .models
         .iter()
-        .map(|listing| {
-            let mut model = json!(listing);
-            let pricing = state
+        .map(|listing| PricedModel {
+            listing: listing.clone(),
+            pricing: state
                 .model_facts
                 .iter()
                 .find(|facts| facts.name == listing.name)
                 .and_then(|facts| facts.pricing.as_ref())
-                .map(|price| {
-                    json!({"currency": price.currency.to_uppercase(), "input_per_million": price.input_per_million,
-                           "output_per_million": price.output_per_million,
-                           "input_cache_hit_per_million": price.input_cache_hit_per_million})
-                });
-            model["pricing"] = pricing.unwrap_or(Value::Null);
-            model
+                .map(|price| ModelPricing {
+                    currency: price.currency.to_uppercase(),
+                    input_per_million: price.input_per_million,
+                    output_per_million: price.output_per_million,
+                    input_cache_hit_per_million: price.input_cache_hit_per_million,
+                }),
         })
         .collect();
-    Json(json!({"models": models, "token_usage": {"enabled": state.token_usage_enabled}}))
+    Json(Models {
+        models,
+        token_usage: TokenUsageShown {
+            enabled: state.token_usage_enabled,
+        },
+    })
 }
 
 /// `GET /api/info`: what LangGraph servers answer — the version and the flags of what
 /// this server supports — for the SDKs and LangGraph tooling that probe it. LangGraph's
 /// own flags first (read-only assistants; no crons, no LangSmith), then subflow's:
 /// every stream is resumable (SPEC §2.5), and whether token usage is shown (SPEC §7.5).
-pub async fn info(State(state): State<AppState>) -> Json<Value> {
-    Json(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "flags": {
-            "assistants": true, "crons": false, "langsmith": false, "langsmith_tracing_replicas": false,
-            "resumable_streams": true, "token_usage": state.token_usage_enabled,
+#[utoipa::path(get, path = "/api/info", tag = "server",
+    responses((status = 200, description = "The version and the supported features", body = Info)))]
+pub async fn info(State(state): State<AppState>) -> Json<Info> {
+    Json(Info {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        flags: InfoFlags {
+            assistants: true,
+            crons: false,
+            langsmith: false,
+            langsmith_tracing_replicas: false,
+            resumable_streams: true,
+            token_usage: state.token_usage_enabled,
         },
-        "host": {"kind": "self-hosted", "project_id": null, "host_revision_id": null, "revision_id": null, "tenant_id": null},
-        "metadata": {},
-    }))
+        host: InfoHost {
+            kind: "self-hosted".to_owned(),
+            project_id: None,
+            host_revision_id: None,
+            revision_id: None,
+            tenant_id: None,
+        },
+        metadata: serde_json::Map::new(),
+    })
 }
 
 /// Unknown paths.
@@ -74,8 +123,8 @@ pub async fn not_found() -> ApiError {
     ApiError::NotFound("Not Found".to_owned())
 }
 
-/// Parses a JSON body; malformed JSON, wrong types and unknown fields are 422 with a
-/// message that says what is wrong.
+/// Parses a JSON object body (an empty one reads as `{}`); malformed JSON, anything but
+/// an object, wrong types and unknown fields are 422 with a message that says what is wrong.
 pub fn parse_body<T: DeserializeOwned>(
     body: &Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
@@ -102,6 +151,12 @@ pub fn parse_body<T: DeserializeOwned>(
     } else {
         &body[..]
     };
+    // serde reads a struct from a JSON array too, field by field; the bodies are objects.
+    if text.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return Err(ApiError::Unprocessable(
+            "Invalid request body: expected a JSON object".to_owned(),
+        ));
+    }
     serde_json::from_slice(text)
         .map_err(|error| ApiError::Unprocessable(format!("Invalid request body: {error}")))
 }

@@ -6,7 +6,7 @@ use axum::body::{Body, Bytes};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
-use serde_json::Value;
+use serde::Serialize;
 
 use crate::ApiError;
 
@@ -49,9 +49,10 @@ pub fn limit(value: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError
 /// the array's length. The first item is awaited before answering, so a failing store is
 /// a 503 with a body; a failure after that is logged and cuts the body short (the client
 /// sees a truncated array, never a complete-looking wrong one).
-pub async fn json_array<S>(items: S) -> Result<Response, ApiError>
+pub async fn json_array<S, T>(items: S) -> Result<Response, ApiError>
 where
-    S: Stream<Item = Result<Value, ApiError>> + Send + 'static,
+    S: Stream<Item = Result<T, ApiError>> + Send + 'static,
+    T: Serialize + Send + 'static,
 {
     let mut items = Box::pin(items);
     let first = items.next().await.transpose()?;
@@ -72,9 +73,10 @@ where
 }
 
 /// `value` serialised after `separator`.
-fn element(separator: u8, value: &Value) -> Bytes {
+fn element<T: Serialize>(separator: u8, value: &T) -> Bytes {
     let mut bytes = vec![separator];
-    serde_json::to_writer(&mut bytes, value).expect("a JSON value always serialises");
+    // The API's bodies are plain data (string keys, finite numbers), which always serialise.
+    serde_json::to_writer(&mut bytes, value).expect("an API body always serialises");
     Bytes::from(bytes)
 }
 

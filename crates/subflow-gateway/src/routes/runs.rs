@@ -5,89 +5,42 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, RawQuery, State};
 use axum::http::HeaderMap;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
+use subflow_contracts::api::{
+    CancelAction, DisconnectAction, ErrorBody, MultitaskStrategy, Run, RunRequest, StateValues,
+    StreamMode,
+};
 use subflow_contracts::messages::Message;
 use subflow_contracts::{Permission, RunStatus};
-use subflow_runtime::output::OutputSink;
-use subflow_runtime::run::{RunResult, RunSpec};
-use subflow_runtime::spans::{TraceOverrides, TraceRequest};
+use subflow_runtime::run::RunResult;
+use subflow_runtime::spans::TraceOverrides;
 use subflow_store::{NewRun, NewThread, RunRecord};
 use tokio_util::sync::CancellationToken;
+use utoipa::IntoParams;
 
 use super::threads::not_found;
-use super::{paging, parse_body};
-use crate::auth::{Caller, authorize_thread};
+use super::{RunPath, ThreadPath, paging, parse_body};
+use crate::auth::{Caller, authorize_run, authorize_thread};
 use crate::extract::{Path, Query};
+use crate::stream::follow::RunFrame;
 use crate::stream::{
-    self,
+    self, RunLaunch,
     follow::{Follow, OnDisconnect, RejoinParams, check_cursor, last_event_id, sse_response},
 };
 use crate::trace::RequestTrace;
 use crate::usage::ModelFacts;
 use crate::{ApiError, AppState};
 
-const STREAM_MODES: [&str; 4] = ["values", "messages-tuple", "updates", "custom"];
-
-/// The run request body (SPEC §2.2); unknown fields are 422.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RunRequest {
-    #[serde(default)]
-    assistant_id: Option<String>,
-    #[serde(default)]
-    input: Option<RunInput>,
-    #[serde(default)]
-    stream_mode: Option<Value>,
-    #[serde(default)]
-    config: Option<Value>,
-    #[serde(default)]
-    context: Option<Map<String, Value>>,
-    #[serde(default)]
-    metadata: Option<Map<String, Value>>,
-    #[serde(default)]
-    on_disconnect: Option<String>,
-    #[serde(default)]
-    multitask_strategy: Option<String>,
-    #[serde(default)]
-    if_not_exists: Option<String>,
-    #[serde(default)]
-    stream_subgraphs: Option<bool>,
-    #[serde(default)]
-    stream_resumable: Option<bool>,
-    #[serde(default)]
-    webhook: Option<Value>,
-    #[serde(default)]
-    after_seconds: Option<Value>,
-    #[serde(default)]
-    feedback_keys: Option<Value>,
-    #[serde(default)]
-    interrupt_before: Option<Value>,
-    #[serde(default)]
-    interrupt_after: Option<Value>,
-    #[serde(default)]
-    checkpoint: Option<Value>,
-    #[serde(default)]
-    checkpoint_id: Option<Value>,
-    #[serde(default)]
-    command: Option<Value>,
-}
-
-#[derive(Debug, Deserialize)]
-struct RunInput {
-    #[serde(default)]
-    messages: Vec<Value>,
-}
-
 /// A validated run request.
 struct Accepted {
-    modes: Vec<String>,
+    modes: Vec<StreamMode>,
     messages: Vec<Message>,
     model_name: Option<String>,
     delegation_trace: Option<String>,
     metadata: Map<String, Value>,
-    multitask_strategy: String,
+    multitask_strategy: MultitaskStrategy,
     cancel_on_disconnect: bool,
     kwargs: Value,
     trace_overrides: TraceOverrides,
@@ -117,6 +70,12 @@ fn message_from(value: &Value) -> Result<Message, ApiError> {
         .map_err(|e| ApiError::Unprocessable(format!("Invalid message: {e}")))
 }
 
+/// Whether a run request passes every check of its body (for the document's tests).
+#[cfg(test)]
+pub(crate) fn accepts(request: RunRequest) -> bool {
+    accept(request).is_ok()
+}
+
 fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
     for (name, value) in [
         ("webhook", &request.webhook),
@@ -143,59 +102,23 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
             "Unknown assistant_id '{assistant}'"
         )));
     }
-    let modes: Vec<String> = match &request.stream_mode {
-        None | Some(Value::Null) => vec!["values".to_owned()],
-        Some(Value::String(mode)) => vec![mode.clone()],
-        Some(Value::Array(modes)) => modes
-            .iter()
-            .map(|m| {
-                m.as_str().map(str::to_owned).ok_or_else(|| {
-                    ApiError::Unprocessable(
-                        "stream_mode must be a string or a list of strings".into(),
-                    )
-                })
-            })
-            .collect::<Result<_, _>>()?,
-        Some(_) => {
-            return Err(ApiError::Unprocessable(
-                "stream_mode must be a string or a list of strings".into(),
-            ));
-        }
-    };
-    // An empty list asks for nothing in particular: the default applies.
-    let modes = if modes.is_empty() {
-        vec!["values".to_owned()]
-    } else {
-        modes
-    };
-    let unknown: Vec<&str> = modes
-        .iter()
-        .map(String::as_str)
-        .filter(|m| !STREAM_MODES.contains(m))
-        .collect();
-    if !unknown.is_empty() {
-        return Err(ApiError::Unprocessable(format!(
-            "Unsupported stream mode(s): {}",
-            unknown.join(", ")
-        )));
-    }
-    let cancel_on_disconnect = match request.on_disconnect.as_deref() {
-        None | Some("cancel") => true,
-        Some("continue") => false,
-        Some(other) => {
+    let modes = request_stream_modes(request.stream_mode.as_ref())?;
+    let cancel_on_disconnect = match request.on_disconnect.as_deref().map(str::parse) {
+        None | Some(Ok(DisconnectAction::Cancel)) => true,
+        Some(Ok(DisconnectAction::Continue)) => false,
+        Some(Err(_)) => {
             return Err(ApiError::Unprocessable(format!(
-                "on_disconnect must be 'cancel' or 'continue', got '{other}'"
+                "on_disconnect must be 'cancel' or 'continue', got '{}'",
+                request.on_disconnect.unwrap_or_default()
             )));
         }
     };
-    let multitask_strategy = request
-        .multitask_strategy
-        .unwrap_or_else(|| "reject".to_owned());
-    if !["reject", "interrupt", "rollback"].contains(&multitask_strategy.as_str()) {
-        return Err(ApiError::Unprocessable(format!(
-            "Unknown multitask_strategy '{multitask_strategy}'"
-        )));
-    }
+    let multitask_strategy = match request.multitask_strategy.as_deref() {
+        None => MultitaskStrategy::Reject,
+        Some(text) => text
+            .parse()
+            .map_err(|_| ApiError::Unprocessable(format!("Unknown multitask_strategy '{text}'")))?,
+    };
     if request
         .if_not_exists
         .as_deref()
@@ -212,7 +135,7 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
         .iter()
         .map(message_from)
         .collect::<Result<Vec<_>, _>>()?;
-    let config = request.config.unwrap_or(Value::Null);
+    let config = request.config.map(Value::Object).unwrap_or(Value::Null);
     let metadata_of_config = config.get("metadata");
     let delegation_trace = metadata_of_config
         .and_then(|m| m.get("trace_id"))
@@ -245,6 +168,26 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
     })
 }
 
+/// A run request's `stream_mode`: a mode, a list of modes, or nothing (`values`).
+fn request_stream_modes(value: Option<&Value>) -> Result<Vec<StreamMode>, ApiError> {
+    let not_strings =
+        || ApiError::Unprocessable("stream_mode must be a string or a list of strings".into());
+    let names: Vec<&str> = match value {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::String(mode)) => vec![mode.as_str()],
+        Some(Value::Array(modes)) => modes
+            .iter()
+            .map(|m| m.as_str().ok_or_else(not_strings))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(not_strings()),
+    };
+    // An empty list asks for nothing in particular: the default applies.
+    if names.is_empty() {
+        return Ok(vec![StreamMode::Values]);
+    }
+    stream::parse_stream_modes(names)
+}
+
 /// Overwrites any client `deerflow_trace_id` in `config.metadata`, `metadata` and
 /// `context` with the request's trace id.
 fn stamp_trace_id(accepted: &mut Accepted, trace_id: &str) {
@@ -263,20 +206,33 @@ fn stamp_trace_id(accepted: &mut Accepted, trace_id: &str) {
 
 /// The Run object (SPEC §2.3) with the additive fields, `cost` (SPEC §7.4, the run's
 /// own, whatever its status) among them.
-fn run_json(run: &RunRecord, models: &[ModelFacts]) -> Value {
+fn run_body(run: &RunRecord, models: &[ModelFacts]) -> Run {
     let usage = &run.usage;
-    json!({
-        "run_id": run.run_id, "thread_id": run.thread_id, "assistant_id": run.assistant_id,
-        "status": run.status, "created_at": run.created_at, "updated_at": run.updated_at,
-        "metadata": run.metadata, "multitask_strategy": run.multitask_strategy, "kwargs": run.kwargs,
-        "model_name": run.model_name, "trace_id": run.trace_id, "stop_reason": run.stop_reason, "error": run.error,
-        "total_input_tokens": usage.total_input_tokens, "total_output_tokens": usage.total_output_tokens,
-        "total_tokens": usage.total_tokens, "llm_call_count": usage.llm_call_count,
-        "lead_agent_tokens": usage.lead_agent_tokens, "subagent_tokens": usage.subagent_tokens,
-        "middleware_tokens": usage.middleware_tokens, "message_count": usage.message_count,
-        "token_usage_by_model": usage.token_usage_by_model,
-        "cost": crate::usage::cost(&[run], models),
-    })
+    Run {
+        run_id: run.run_id.clone(),
+        thread_id: run.thread_id.clone(),
+        assistant_id: run.assistant_id.clone(),
+        status: run.status,
+        created_at: run.created_at.clone(),
+        updated_at: run.updated_at.clone(),
+        metadata: run.metadata.clone(),
+        multitask_strategy: run.multitask_strategy.clone(),
+        kwargs: run.kwargs.clone(),
+        model_name: run.model_name.clone(),
+        trace_id: run.trace_id.clone(),
+        stop_reason: run.stop_reason,
+        error: run.error.clone(),
+        total_input_tokens: usage.total_input_tokens,
+        total_output_tokens: usage.total_output_tokens,
+        total_tokens: usage.total_tokens,
+        llm_call_count: usage.llm_call_count,
+        lead_agent_tokens: usage.lead_agent_tokens,
+        subagent_tokens: usage.subagent_tokens,
+        middleware_tokens: usage.middleware_tokens,
+        message_count: usage.message_count,
+        token_usage_by_model: usage.token_usage_by_model.clone(),
+        cost: crate::usage::cost(&[run], models),
+    }
 }
 
 /// A started run: its record and outcome (resolving once its stream log is stored).
@@ -284,7 +240,7 @@ struct Started {
     run: RunRecord,
     outcome: tokio::task::JoinHandle<RunResult>,
     cancel: CancellationToken,
-    accepted: Accepted,
+    cancel_on_disconnect: bool,
 }
 
 /// Starts a run for `caller`. An unowned thread id becomes the caller's thread.
@@ -335,10 +291,10 @@ async fn start(
     );
     if !active.is_empty() {
         // SPEC §2.2: reject, or stop the active runs first (rollback also erases them).
-        let rollback = match accepted.multitask_strategy.as_str() {
-            "interrupt" => false,
-            "rollback" => true,
-            _ => {
+        let rollback = match accepted.multitask_strategy {
+            MultitaskStrategy::Interrupt => false,
+            MultitaskStrategy::Rollback => true,
+            MultitaskStrategy::Reject => {
                 return Err(ApiError::Conflict(format!(
                     "Thread {thread_id} already has an active run"
                 )));
@@ -363,70 +319,42 @@ async fn start(
             model_name: Some(model_name),
             trace_id: Some(trace.id.clone()),
             metadata: accepted.metadata.clone(),
-            multitask_strategy: accepted.multitask_strategy.clone(),
-            kwargs: accepted.kwargs.clone(),
+            multitask_strategy: accepted.multitask_strategy.as_str().to_owned(),
+            kwargs: accepted.kwargs,
         })
         .await?;
-    let cancel = CancellationToken::new();
-    let spec = RunSpec {
-        thread_id: thread_id.to_owned(),
-        run_id,
-        user_id: Some(caller.user_id.clone()),
-        model_name: accepted.model_name.clone(),
-        input: accepted.messages.clone(),
-        trace_id: trace.id.clone(),
-        delegation_trace: accepted.delegation_trace.clone(),
-        cancel: cancel.clone(),
-        timeout: state.run_timeout,
-        trace: TraceRequest {
-            parent: trace.parent,
-            overrides: accepted.trace_overrides.clone(),
-        },
+    let launch = RunLaunch {
+        input: accepted.messages,
+        model_name: accepted.model_name,
+        delegation_trace: accepted.delegation_trace,
+        trace,
+        trace_overrides: accepted.trace_overrides,
+        modes: accepted.modes,
     };
-    let (sink, output) = OutputSink::channel();
-    let runtime = state.runtime.clone();
-    let run_key = run.run_id.clone();
-    let (metrics, prices, run_model) = (
-        state.metrics.clone(),
-        state.model_facts.clone(),
-        run.model_name.clone(),
-    );
-    let span = tracing::info_span!("run", trace_id = %trace.id, run_id = %run_key);
-    let execution = async move {
-        let result = runtime.run(spec, sink).await;
-        // Priced as `/token-usage` prices it (SPEC §7.4), whatever the run's status.
-        for (model, currency, amount) in
-            crate::usage::run_costs(&result.usage, run_model.as_deref(), &prices)
-        {
-            metrics.add_cost(&model, &currency, amount);
-        }
-        result
-    };
-    // The run's frames are numbered and logged whoever watches (SPEC §2.5).
-    let outcome = stream::launch(
-        state,
-        &run.run_id,
-        thread_id,
-        cancel.clone(),
-        execution,
-        output,
-        &accepted.modes,
-        span,
-    )
-    .await;
+    let (outcome, cancel) = stream::start_run(state, &run, launch).await;
     Ok(Started {
         run,
         outcome,
         cancel,
-        accepted,
+        cancel_on_disconnect: accepted.cancel_on_disconnect,
     })
 }
 
-/// `POST …/runs/stream`: the run as SSE, `metadata` first and `end` last.
+/// `POST …/runs/stream`: starts a run and streams it as SSE, `metadata` first and `end`
+/// last. An unknown thread becomes the caller's.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/runs/stream", tag = "runs", params(ThreadPath),
+    request_body(content = RunRequest, description = "Every field optional"),
+    responses(
+        (status = 200, description = "The run's frames: metadata first, end last, heartbeat comments between", content_type = "text/event-stream", body = RunFrame),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 409, description = "The thread has an active run and multitask_strategy is reject", body = ErrorBody),
+        (status = 422, description = "Invalid body, thread id or model", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:write"))))]
 pub async fn stream(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -434,7 +362,7 @@ pub async fn stream(
         run,
         outcome,
         cancel,
-        accepted,
+        cancel_on_disconnect,
     } = start(&state, &caller, &thread_id, trace, &body).await?;
     // The creator follows the run's hub from the start, like any watcher; only losing
     // it cancels the run (unless it asked for `continue`).
@@ -447,7 +375,7 @@ pub async fn stream(
         None,
         None,
     );
-    let on_disconnect = if accepted.cancel_on_disconnect {
+    let on_disconnect = if cancel_on_disconnect {
         OnDisconnect::Token(cancel)
     } else {
         OnDisconnect::Continue
@@ -459,57 +387,93 @@ pub async fn stream(
 
 /// `POST …/runs`: starts a run in the background and answers with its `pending` record.
 /// Nobody is attached, so no disconnect cancels it; its frames are kept for rejoins.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/runs", tag = "runs", params(ThreadPath),
+    request_body(content = RunRequest, description = "Every field optional"),
+    responses(
+        (status = 200, description = "The new run, pending", body = Run),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 409, description = "The thread has an active run and multitask_strategy is reject", body = ErrorBody),
+        (status = 422, description = "Invalid body, thread id or model", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:write"))))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<Run>, ApiError> {
     let Started { run, .. } = start(&state, &caller, &thread_id, trace, &body).await?;
-    Ok(Json(run_json(&run, &state.model_facts)).into_response())
+    Ok(Json(run_body(&run, &state.model_facts)))
 }
 
-/// `POST …/runs/wait`: the final state values.
+/// `POST …/runs/wait`: starts a run and answers with its final messages.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/runs/wait", tag = "runs", params(ThreadPath),
+    request_body(content = RunRequest, description = "Every field optional"),
+    responses(
+        (status = 200, description = "The run's final messages", body = StateValues),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 409, description = "The thread has an active run and multitask_strategy is reject", body = ErrorBody),
+        (status = 422, description = "Invalid body, thread id or model", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:write"))))]
 pub async fn wait(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Response, ApiError> {
+) -> Result<Json<StateValues>, ApiError> {
     let Started {
         outcome,
         cancel,
-        accepted,
+        cancel_on_disconnect,
         ..
     } = start(&state, &caller, &thread_id, trace, &body).await?;
     // Losing the client cancels the run unless the request said `continue`.
-    let guard = accepted.cancel_on_disconnect.then(|| cancel.drop_guard());
+    let guard = cancel_on_disconnect.then(|| cancel.drop_guard());
     let result = outcome
         .await
         .map_err(|_| ApiError::Unavailable("The run ended unexpectedly".into()))?;
     if let Some(guard) = guard {
         guard.disarm();
     }
-    Ok(Json(json!({"messages": result.messages})).into_response())
+    Ok(Json(StateValues {
+        messages: result.messages,
+        title: None,
+    }))
 }
 
-#[derive(Debug, Deserialize)]
+/// The query of `GET …/runs`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListParams {
+    /// Page size, default 10, 1-100.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 100)]
     limit: Option<String>,
+    /// Runs to skip.
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     offset: Option<String>,
+    /// Only runs with this status; empty means all.
+    #[param(value_type = Option<RunStatus>)]
     status: Option<String>,
 }
 
 /// `GET …/runs?limit=10&offset=0&status=`: newest first, at most
 /// [`paging::RUNS_MAX_LIMIT`] per page.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/runs", tag = "runs", params(ThreadPath, ListParams),
+    responses(
+        (status = 200, description = "The thread's runs, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<Run>),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:read"))))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Query(params): Query<ListParams>,
-) -> Result<Json<Vec<Value>>, ApiError> {
+) -> Result<Json<Vec<Run>>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
     let limit = paging::integer("limit", params.limit.as_deref())?;
     let limit = paging::limit(limit, 10, paging::RUNS_MAX_LIMIT)?;
@@ -531,58 +495,63 @@ pub async fn list(
         .await?;
     Ok(Json(
         runs.iter()
-            .map(|run| run_json(run, &state.model_facts))
+            .map(|run| run_body(run, &state.model_facts))
             .collect(),
     ))
 }
 
-/// `GET …/runs/{run_id}`.
+/// `GET …/runs/{run_id}`: a run.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}", tag = "runs", params(RunPath),
+    responses(
+        (status = 200, description = "The run", body = Run),
+        (status = 404, description = "No such run in a thread of the caller's", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:read"))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, run_id)): Path<(String, String)>,
-) -> Result<Json<Value>, ApiError> {
-    if authorize_thread(&state, &caller, Permission::RunsRead, &thread_id)
-        .await?
-        .is_none()
-    {
-        return Err(not_found(&thread_id));
-    }
-    let run = state
-        .store
-        .get_run(&thread_id, &run_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))?;
-    Ok(Json(run_json(&run, &state.model_facts)))
+    Path(RunPath { thread_id, run_id }): Path<RunPath>,
+) -> Result<Json<Run>, ApiError> {
+    let run = authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
+    Ok(Json(run_body(&run, &state.model_facts)))
 }
 
-#[derive(Debug, Deserialize)]
+/// The query of a cancel.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct CancelParams {
+    /// Answer once the run has stopped; default false.
     wait: Option<bool>,
+    /// `interrupt` (default) or `rollback`.
+    #[param(value_type = Option<CancelAction>)]
     action: Option<String>,
 }
 
 /// `POST …/runs/{run_id}/cancel?wait=false&action=interrupt|rollback`: 202, empty body.
 /// `rollback` also deletes the run's checkpoints, events and record once it has stopped.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/runs/{run_id}/cancel", tag = "runs", params(RunPath, CancelParams),
+    responses(
+        (status = 202, description = "Cancelling (with wait=true: cancelled); no body"),
+        (status = 404, description = "No such run in a thread of the caller's", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:write"))))]
 pub async fn cancel(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, run_id)): Path<(String, String)>,
+    Path(RunPath { thread_id, run_id }): Path<RunPath>,
     Query(params): Query<CancelParams>,
 ) -> Result<axum::http::StatusCode, ApiError> {
-    let owned = authorize_thread(&state, &caller, Permission::RunsWrite, &thread_id).await?;
-    let rollback = match params.action.as_deref() {
-        None | Some("interrupt") => false,
-        Some("rollback") => true,
-        Some(other) => {
-            return Err(ApiError::Unprocessable(format!(
-                "action must be 'interrupt' or 'rollback', got '{other}'"
-            )));
-        }
+    authorize_run(&state, &caller, Permission::RunsWrite, &thread_id, &run_id).await?;
+    let action = match params.action.as_deref() {
+        None => CancelAction::Interrupt,
+        Some(text) => text.parse().map_err(|_| {
+            ApiError::Unprocessable(format!(
+                "action must be 'interrupt' or 'rollback', got '{text}'"
+            ))
+        })?,
     };
-    if owned.is_none() || state.store.get_run(&thread_id, &run_id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("Run {run_id} not found")));
-    }
+    let rollback = action == CancelAction::Rollback;
     let finish = {
         let state = state.clone();
         async move { stop_run(&state, &thread_id, &run_id, rollback).await }
@@ -613,15 +582,18 @@ async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: boo
 
 /// `GET …/runs/{run_id}/join`: waits for the run to end, here or in another process, then
 /// returns the final values.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/join", tag = "runs", params(RunPath),
+    responses(
+        (status = 200, description = "The thread's state values once the run has ended", body = StateValues),
+        (status = 404, description = "No such run in a thread of the caller's", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:read"))))]
 pub async fn join(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, run_id)): Path<(String, String)>,
+    Path(RunPath { thread_id, run_id }): Path<RunPath>,
 ) -> Result<Json<Value>, ApiError> {
-    let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
-    if owned.is_none() || state.store.get_run(&thread_id, &run_id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("Run {run_id} not found")));
-    }
+    authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
     if let Some(active) = state.active.get(&run_id) {
         let mut done = active.done.clone();
         let _ = done.wait_for(|ended| *ended).await;
@@ -638,20 +610,33 @@ pub async fn join(
 
 /// `GET …/runs/{run_id}/stream?stream_mode=&cancel_on_disconnect=false`: rejoins a run's
 /// stream wherever it executes (SPEC §2.5). With `Last-Event-ID: N`, every frame after N
-/// once, in order, then live frames; without, the retained log from the start.
+/// once, in order, then live frames; without, the retained log from the start. A cursor
+/// into pruned frames gets one `gap` frame.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/stream", tag = "runs",
+    params(RunPath,
+        ("stream_mode" = Option<Vec<StreamMode>>, Query, explode, description = "Only these modes' frames (repeated or comma-separated); all when absent"),
+        ("cancel_on_disconnect" = Option<bool>, Query, description = "Cancel the run when this watcher goes (true/false or 1/0); default false"),
+        ("namespace" = Option<String>, Query, description = "Accepted and ignored: a run has no subgraph namespaces"),
+        ("checkpoint_id" = Option<String>, Query, description = "Accepted and ignored, as LangGraph servers do on a rejoin"),
+        ("Last-Event-ID" = Option<String>, Header, nullable = false, pattern = "^(-1|[0-9]+)$", description = "Resume after this frame id; -1 replays from the start; an id past the stream's end is 409"),
+    ),
+    responses(
+        (status = 200, description = "The run's frames after the cursor, then live ones until end", content_type = "text/event-stream", body = RunFrame),
+        (status = 404, description = "No such run in a thread of the caller's", body = ErrorBody),
+        (status = 409, description = "Last-Event-ID is past the end of the run's stream", body = ErrorBody),
+        (status = 422, description = "Invalid query, Last-Event-ID or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:read"))))]
 pub async fn rejoin(
     State(state): State<AppState>,
     caller: Caller,
-    Path((thread_id, run_id)): Path<(String, String)>,
+    Path(RunPath { thread_id, run_id }): Path<RunPath>,
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
+    authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
     let params = RejoinParams::parse(query.as_deref())?;
     let cursor = last_event_id(&headers)?;
-    if owned.is_none() || state.store.get_run(&thread_id, &run_id).await?.is_none() {
-        return Err(ApiError::NotFound(format!("Run {run_id} not found")));
-    }
     if let Some(cursor) = cursor {
         check_cursor(&state.streams, &*state.store, &run_id, cursor).await?;
     }

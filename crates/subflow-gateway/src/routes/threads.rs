@@ -9,60 +9,71 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use std::sync::Arc;
+use subflow_contracts::api::threads::{CheckpointRef, IfExists};
+use subflow_contracts::api::{
+    ErrorBody, HistoryRequest, Thread, ThreadCreate, ThreadSearch as SearchRequest, ThreadState,
+};
 use subflow_contracts::{Permission, RunStatus};
-
 use subflow_store::{Checkpoint, NewThread, Store, ThreadRecord, ThreadSearch};
+use utoipa::IntoParams;
 
-use super::{checked_thread_id, paging, parse_body};
+use super::{ThreadPath, checked_thread_id, paging, parse_body};
 use crate::auth::{Caller, authorize_thread};
 use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct CreateThread {
-    #[serde(default)]
-    thread_id: Option<String>,
-    #[serde(default)]
-    metadata: Map<String, Value>,
-    #[serde(default)]
-    if_exists: Option<String>,
-}
-
 /// The Thread object, with the latest checkpoint's values.
-pub async fn thread_json(state: &AppState, thread: &ThreadRecord) -> Result<Value, ApiError> {
+pub async fn thread_body(state: &AppState, thread: &ThreadRecord) -> Result<Thread, ApiError> {
     let values = state
         .store
         .latest_checkpoint(&thread.thread_id)
         .await?
-        .map_or_else(|| json!({}), |c| c.values);
-    Ok(json!({
-        "thread_id": thread.thread_id, "created_at": thread.created_at, "updated_at": thread.updated_at,
-        "metadata": thread.metadata, "status": thread.status, "values": values,
-    }))
+        .and_then(|c| match c.values {
+            Value::Object(values) => Some(values),
+            _ => None,
+        })
+        .unwrap_or_default();
+    Ok(Thread {
+        thread_id: thread.thread_id.clone(),
+        created_at: thread.created_at.clone(),
+        updated_at: thread.updated_at.clone(),
+        metadata: thread.metadata.clone(),
+        status: thread.status,
+        values,
+    })
 }
 
 /// `POST /api/threads`: a thread owned by the caller. An id taken by another user's
 /// thread is 404, as on every thread route.
+#[utoipa::path(post, path = "/api/threads", tag = "threads",
+    request_body(content = ThreadCreate, description = "Every field optional; an empty body creates a thread with a fresh id"),
+    responses(
+        (status = 200, description = "The thread, new or (if_exists=do_nothing) existing", body = Thread),
+        (status = 404, description = "The id is another user's thread", body = ErrorBody),
+        (status = 409, description = "The thread exists and if_exists is raise", body = ErrorBody),
+        (status = 422, description = "Invalid body or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn create(
     State(state): State<AppState>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Thread>, ApiError> {
     caller.require(Permission::ThreadsWrite)?;
-    let request: CreateThread = parse_body(&body)?;
+    let request: ThreadCreate = parse_body(&body)?;
     let thread_id = request
         .thread_id
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     checked_thread_id(&thread_id)?;
-    let raise = match request.if_exists.as_deref() {
-        None | Some("raise") => true,
-        Some("do_nothing") => false,
-        Some(other) => {
+    let raise = match request.if_exists.as_deref().map(str::parse) {
+        None | Some(Ok(IfExists::Raise)) => true,
+        Some(Ok(IfExists::DoNothing)) => false,
+        Some(Err(_)) => {
             return Err(ApiError::Unprocessable(format!(
-                "if_exists must be 'raise' or 'do_nothing', got '{other}'"
+                "if_exists must be 'raise' or 'do_nothing', got '{}'",
+                request.if_exists.unwrap_or_default()
             )));
         }
     };
@@ -86,19 +97,25 @@ pub async fn create(
         }
         Err(error) => return Err(error.into()),
     };
-    Ok(Json(thread_json(&state, &thread).await?))
+    Ok(Json(thread_body(&state, &thread).await?))
 }
 
-/// `GET /api/threads/{thread_id}`.
+/// `GET /api/threads/{thread_id}`: a thread of the caller's.
+#[utoipa::path(get, path = "/api/threads/{thread_id}", tag = "threads", params(ThreadPath),
+    responses(
+        (status = 200, description = "The thread with its latest values", body = Thread),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+) -> Result<Json<Thread>, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id)
         .await?
         .ok_or_else(|| not_found(&thread_id))?;
-    Ok(Json(thread_json(&state, &thread).await?))
+    Ok(Json(thread_body(&state, &thread).await?))
 }
 
 /// 404 `Thread {thread_id} not found`.
@@ -106,28 +123,22 @@ pub fn not_found(thread_id: &str) -> ApiError {
     ApiError::NotFound(format!("Thread {thread_id} not found"))
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct SearchThreads {
-    #[serde(default)]
-    metadata: Map<String, Value>,
-    #[serde(default)]
-    status: Option<String>,
-    #[serde(default)]
-    limit: Option<u32>,
-    #[serde(default)]
-    offset: Option<u32>,
-}
-
 /// `POST /api/threads/search`: the caller's threads, newest first, streamed: each
 /// thread carries its latest values, so the page is written one thread at a time.
+#[utoipa::path(post, path = "/api/threads/search", tag = "threads",
+    request_body(content = SearchRequest, description = "Every field optional"),
+    responses(
+        (status = 200, description = "The caller's matching threads, newest first", body = Vec<Thread>),
+        (status = 422, description = "Invalid body, or a limit outside 1-1000", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn search(
     State(state): State<AppState>,
     caller: Caller,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     caller.require(Permission::ThreadsRead)?;
-    let request: SearchThreads = parse_body(&body)?;
+    let request: SearchRequest = parse_body(&body)?;
     let status = request
         .status
         .map(|s| {
@@ -150,15 +161,21 @@ pub async fn search(
 }
 
 /// One thread of a search result.
-async fn searched(state: AppState, thread: ThreadRecord) -> Result<Value, ApiError> {
-    thread_json(&state, &thread).await
+async fn searched(state: AppState, thread: ThreadRecord) -> Result<Thread, ApiError> {
+    thread_body(&state, &thread).await
 }
 
 /// `DELETE /api/threads/{thread_id}`: cancels its active runs, then deletes all its data.
+#[utoipa::path(delete, path = "/api/threads/{thread_id}", tag = "threads", params(ThreadPath),
+    responses(
+        (status = 204, description = "Deleted, with its runs, events, checkpoints and batches"),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
 pub async fn delete(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
 ) -> Result<StatusCode, ApiError> {
     if authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
         .await?
@@ -182,45 +199,87 @@ pub async fn delete(
 }
 
 /// A ThreadState (SPEC §2.3) of one checkpoint.
-fn state_json(checkpoint: &Checkpoint) -> Value {
-    json!({
-        "values": checkpoint.values,
-        "next": [],
-        "checkpoint": {"thread_id": checkpoint.thread_id, "checkpoint_ns": "", "checkpoint_id": checkpoint.checkpoint_id},
-        "metadata": checkpoint.metadata,
-        "created_at": checkpoint.created_at,
-        "parent_checkpoint": checkpoint.parent_checkpoint_id.as_ref().map(|id| json!({"thread_id": checkpoint.thread_id, "checkpoint_ns": "", "checkpoint_id": id})),
-        "tasks": [],
-        "interrupts": [],
-    })
+fn state_body(checkpoint: &Checkpoint) -> ThreadState {
+    let at = |checkpoint_id: &str| CheckpointRef {
+        thread_id: checkpoint.thread_id.clone(),
+        checkpoint_ns: String::new(),
+        checkpoint_id: Some(checkpoint_id.to_owned()),
+    };
+    ThreadState {
+        values: checkpoint.values.clone(),
+        next: Vec::new(),
+        checkpoint: at(&checkpoint.checkpoint_id),
+        metadata: checkpoint.metadata.clone(),
+        created_at: Some(checkpoint.created_at.clone()),
+        parent_checkpoint: checkpoint.parent_checkpoint_id.as_deref().map(at),
+        tasks: Vec::new(),
+        interrupts: Vec::new(),
+    }
 }
 
 /// `GET …/state`: the latest checkpoint, or an empty state for a thread without one.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/state", tag = "threads", params(ThreadPath),
+    responses(
+        (status = 200, description = "The latest state; an empty one for an unknown or deleted thread (SPEC §13)", body = ThreadState),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn state(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+) -> Result<Json<ThreadState>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let latest = match owned {
         Some(_) => state.store.latest_checkpoint(&thread_id).await?,
         None => None,
     };
     let Some(checkpoint) = latest else {
-        return Ok(Json(
-            json!({"values": {"messages": []}, "next": [], "checkpoint": {"thread_id": thread_id, "checkpoint_ns": "", "checkpoint_id": null}, "metadata": {}, "created_at": null, "parent_checkpoint": null, "tasks": [], "interrupts": []}),
-        ));
+        return Ok(Json(ThreadState {
+            values: json!({"messages": []}),
+            next: Vec::new(),
+            checkpoint: CheckpointRef {
+                thread_id,
+                checkpoint_ns: String::new(),
+                checkpoint_id: None,
+            },
+            metadata: serde_json::Map::new(),
+            created_at: None,
+            parent_checkpoint: None,
+            tasks: Vec::new(),
+            interrupts: Vec::new(),
+        }));
     };
-    Ok(Json(state_json(&checkpoint)))
+    Ok(Json(state_body(&checkpoint)))
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HistoryParams {
-    #[serde(default)]
-    limit: Option<u32>,
-    #[serde(default)]
-    before: Option<Value>,
+/// `GET …/history` query.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct HistoryQuery {
+    /// Page size, default 10, 1-1000.
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000)]
+    limit: Option<String>,
+    /// A checkpoint id to page before.
+    before: Option<String>,
+}
+
+/// A history request's `before`: a checkpoint id, or a checkpoint config
+/// `{configurable: {checkpoint_id}}` or `{checkpoint_id}` as the SDKs send it (one without
+/// an id pages from the newest); anything else is 422.
+pub(crate) fn before_checkpoint(before: Option<&Value>) -> Result<Option<String>, ApiError> {
+    match before {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(id)) => Ok(Some(id.clone())),
+        Some(config @ Value::Object(_)) => Ok(config
+            .pointer("/configurable/checkpoint_id")
+            .or_else(|| config.get("checkpoint_id"))
+            .and_then(Value::as_str)
+            .map(str::to_owned)),
+        Some(other) => Err(ApiError::Unprocessable(format!(
+            "Invalid request body: before must be a checkpoint id or a checkpoint config object, got {other}"
+        ))),
+    }
 }
 
 /// Checkpoints read from the store per step of a streamed history: whole states, so few.
@@ -231,21 +290,13 @@ const HISTORY_PAGE: u32 = 4;
 async fn history(
     state: &AppState,
     thread: Option<ThreadRecord>,
-    params: HistoryParams,
+    params: HistoryRequest,
 ) -> Result<Response, ApiError> {
     let limit = paging::limit(params.limit, 10, paging::HISTORY_MAX_LIMIT)?;
+    let before = before_checkpoint(params.before.as_ref())?;
+    // The request is checked in full before an unowned id answers with nothing.
     let Some(thread) = thread else {
-        return paging::json_array(futures::stream::empty()).await;
-    };
-    // `before` is a checkpoint id, or a checkpoint config {checkpoint_id} as the SDKs send it.
-    let before = match &params.before {
-        None | Some(Value::Null) => None,
-        Some(Value::String(id)) => Some(id.clone()),
-        Some(config) => config
-            .pointer("/configurable/checkpoint_id")
-            .or_else(|| config.get("checkpoint_id"))
-            .and_then(Value::as_str)
-            .map(str::to_owned),
+        return paging::json_array(futures::stream::empty::<Result<ThreadState, ApiError>>()).await;
     };
     let cursor = HistoryCursor {
         store: state.store.clone(),
@@ -276,7 +327,7 @@ struct HistoryCursor {
 /// out or the store has no older ones.
 async fn history_page(
     mut cursor: HistoryCursor,
-) -> Result<Option<(Vec<Value>, HistoryCursor)>, ApiError> {
+) -> Result<Option<(Vec<ThreadState>, HistoryCursor)>, ApiError> {
     if cursor.left == 0 {
         return Ok(None);
     }
@@ -295,39 +346,47 @@ async fn history_page(
     } else {
         cursor.left - wanted
     };
-    Ok(Some((page.iter().map(state_json).collect(), cursor)))
+    Ok(Some((page.iter().map(state_body).collect(), cursor)))
 }
 
 /// `POST …/history` `{limit=10, before?}`: ThreadStates, newest first.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath),
+    request_body(content = HistoryRequest, description = "Every field optional"),
+    responses(
+        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<ThreadState>),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid body or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn history_post(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
-    let params: HistoryParams = parse_body(&body)?;
+    let params: HistoryRequest = parse_body(&body)?;
     history(&state, thread, params).await
 }
 
-/// The query of `GET …/history`.
-#[derive(Debug, Deserialize)]
-pub struct HistoryQuery {
-    limit: Option<String>,
-    before: Option<String>,
-}
-
-/// `GET …/history?limit=&before=`.
+/// `GET …/history?limit=&before=`: ThreadStates, newest first.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath, HistoryQuery),
+    responses(
+        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<ThreadState>),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn history_get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Query(query): Query<HistoryQuery>,
 ) -> Result<Response, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
-    let params = HistoryParams {
+    let request = HistoryRequest {
         limit: paging::integer("limit", query.limit.as_deref())?,
         before: query.before.map(Value::String),
     };
-    history(&state, thread, params).await
+    history(&state, thread, request).await
 }

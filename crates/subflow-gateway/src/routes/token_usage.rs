@@ -3,15 +3,17 @@
 use axum::Json;
 use axum::extract::State;
 use serde::Deserialize;
-use serde_json::Value;
 use subflow_contracts::Permission;
+use subflow_contracts::api::{ErrorBody, TokenUsage};
 use subflow_contracts::messages::Message;
 use subflow_store::batches::{ActivityQuery, BatchScope};
 use time::OffsetDateTime;
+use utoipa::IntoParams;
 
+use super::ThreadPath;
 use crate::auth::{Caller, authorize_thread};
-use crate::extract::{Path, Query};
 use crate::batch_progress::{thread_section, window_start};
+use crate::extract::{Path, Query};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
 
@@ -19,18 +21,28 @@ use crate::{ApiError, AppState};
 /// thousand runs takes one query, bounded so a huge thread does not load at once.
 const PAGE: u32 = 5_000;
 
-#[derive(Debug, Deserialize)]
+/// The query of `…/token-usage`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct UsageParams {
+    /// Also count running runs through their snapshots; default false.
     include_active: Option<bool>,
 }
 
 /// The thread's usage over counted runs, with cost and context usage.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/token-usage", tag = "threads", params(ThreadPath, UsageParams),
+    responses(
+        (status = 200, description = "Token usage, cost and context usage of the thread's counted runs; zeros for an unknown or deleted thread", body = TokenUsage),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid query or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn get(
     State(state): State<AppState>,
     caller: Caller,
-    Path(thread_id): Path<String>,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Query(params): Query<UsageParams>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<TokenUsage>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let mut runs = Vec::new();
     // An unowned thread id has no runs and no state.
@@ -71,11 +83,14 @@ pub async fn get(
                 .and_then(|c| c.values.get("messages").cloned())
                 .and_then(|m| serde_json::from_value(m).ok())
                 .unwrap_or_default();
-            context_usage(&messages, facts.and_then(|f| f.context_window))
+            Some(context_usage(
+                &messages,
+                facts.and_then(|f| f.context_window),
+            ))
         }
-        Err(_) => Value::Null,
+        Err(_) => None,
     };
-    body["context_usage"] = context;
+    body.context_usage = context;
     // Batch items have no parent journal and stay out of every total above (SPEC
     // §12.12); their spend is reported beside them.
     let activities = match owned {
@@ -89,6 +104,6 @@ pub async fn get(
         }
         None => Vec::new(),
     };
-    body["batches"] = thread_section(&activities, &state.model_facts);
+    body.batches = thread_section(&activities, &state.model_facts);
     Ok(Json(body))
 }

@@ -15,6 +15,7 @@ use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
+use subflow_contracts::api::StreamMode;
 use subflow_store::{Store, StreamNotice};
 use tokio::sync::{broadcast, watch};
 use tokio::time::MissedTickBehavior;
@@ -31,13 +32,39 @@ const PAGE: u32 = 256;
 /// How long a watcher waits before re-reading after a failed store read.
 const READ_RETRY: Duration = Duration::from_secs(1);
 
-/// The stream modes a rejoin may name, and the frame each one selects.
-const MODE_EVENTS: [(&str, &str); 4] = [
-    ("values", "values"),
-    ("messages-tuple", "messages"),
-    ("updates", "updates"),
-    ("custom", "custom"),
-];
+/// One frame of a run stream as an SSE client reads it (SPEC §2.4): the schema of each
+/// `text/event-stream` event in the OpenAPI document. The hub writes frames as text
+/// (`sse::frame_text`); this type only describes them.
+#[derive(Debug, utoipa::ToSchema)]
+#[allow(dead_code)]
+pub(crate) struct RunFrame {
+    /// What the frame carries.
+    event: FrameEvent,
+    /// JSON text: `{run_id, thread_id}` for metadata, the mode's payload (a
+    /// `[message, metadata]` pair for messages), `{message, name}` for error, `{code,
+    /// message}` for gap, `null` for end.
+    #[schema(content_media_type = "application/json")]
+    data: String,
+    /// The frame id, 1, 2, 3, … in the run's log; `gap` and a lone `end` of a pruned log
+    /// have none.
+    #[schema(pattern = "^[0-9]+$")]
+    id: Option<String>,
+}
+
+/// The `event` of a [`RunFrame`].
+#[derive(Debug, utoipa::ToSchema)]
+#[schema(rename_all = "lowercase")]
+#[allow(dead_code)]
+pub(crate) enum FrameEvent {
+    Metadata,
+    Values,
+    Messages,
+    Updates,
+    Custom,
+    Error,
+    End,
+    Gap,
+}
 
 /// Frames every watcher gets whatever modes it asked for.
 const ALWAYS: [&str; 3] = ["metadata", "error", "end"];
@@ -82,22 +109,12 @@ impl RejoinParams {
         if modes.is_empty() {
             return Ok(params);
         }
-        let unknown: Vec<&str> = modes
-            .iter()
-            .copied()
-            .filter(|m| !MODE_EVENTS.iter().any(|(mode, _)| mode == m))
-            .collect();
-        if !unknown.is_empty() {
-            return Err(ApiError::Unprocessable(format!(
-                "Unsupported stream mode(s): {}",
-                unknown.join(", ")
-            )));
-        }
+        let modes = super::parse_stream_modes(modes)?;
         params.events = Some(
-            MODE_EVENTS
+            StreamMode::ALL
                 .iter()
-                .filter(|(mode, _)| modes.contains(mode))
-                .map(|(_, event)| *event)
+                .filter(|mode| modes.contains(mode))
+                .map(|mode| mode.event())
                 .collect(),
         );
         Ok(params)
@@ -114,11 +131,9 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
     if text == "-1" {
         return Ok(None);
     }
-    if !text.is_empty()
-        && text.bytes().all(|b| b.is_ascii_digit())
-        && let Ok(id) = text.parse::<u64>()
-    {
-        return Ok(Some(id));
+    if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+        // An id too large for u64 is well formed and past the end of every stream.
+        return Ok(Some(text.parse::<u64>().unwrap_or(u64::MAX)));
     }
     Err(ApiError::Unprocessable(format!(
         "Invalid Last-Event-ID header: expected a non-negative integer event id or -1, got '{}'",
@@ -130,8 +145,8 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
 /// cursor counts as past the end: the write-behind lags the hub by at most its linger.
 const CURSOR_CATCH_UP: Duration = Duration::from_secs(2);
 
-/// Refuses a cursor past the end of a run's stream (422): one no frame of the run ever
-/// had. A run executing here knows its last id at once; one executing elsewhere gets
+/// Refuses a cursor past the end of a run's stream (409, a conflict with the stream's
+/// state rather than a malformed header): one no frame of the run ever had. A run executing here knows its last id at once; one executing elsewhere gets
 /// [`CURSOR_CATCH_UP`] for the frames its watcher saw there to be stored.
 pub(crate) async fn check_cursor(
     streams: &Streams,
@@ -140,7 +155,7 @@ pub(crate) async fn check_cursor(
     cursor: u64,
 ) -> Result<(), ApiError> {
     let past_the_end = |last_id: u64| {
-        ApiError::Unprocessable(format!(
+        ApiError::Conflict(format!(
             "Invalid Last-Event-ID header: event id {cursor} is past the end of the run's stream (its last event id is {last_id})"
         ))
     };
@@ -605,7 +620,9 @@ mod tests {
             None,
             "-1 is from the start"
         );
-        for bad in ["abc", "-2", "- 1", "4.2", "", "99999999999999999999999"] {
+        headers.insert("last-event-id", "99999999999999999999999".parse().unwrap());
+        assert_eq!(last_event_id(&headers).unwrap(), Some(u64::MAX));
+        for bad in ["abc", "-2", "- 1", "4.2", ""] {
             headers.insert("last-event-id", bad.parse().unwrap());
             assert!(
                 matches!(last_event_id(&headers), Err(ApiError::Unprocessable(_))),

@@ -289,7 +289,7 @@ async fn minus_one_replays_from_the_start_and_sdk_rejoin_parameters_are_accepted
             .all(|f| f.id.as_deref().unwrap().parse::<u64>().unwrap() > 3)
     );
 
-    // -2, garbage and an id the run never had stay 422 with a detail.
+    // -2 and garbage are 422, an id the run never had 409, each with a detail.
     let last: u64 = streamed
         .frames
         .last()
@@ -299,15 +299,16 @@ async fn minus_one_replays_from_the_start_and_sdk_rejoin_parameters_are_accepted
         .unwrap()
         .parse()
         .unwrap();
-    for cursor in [
-        "-2",
-        "abc",
-        "",
-        &(last + 1).to_string(),
-        "18446744073709551615",
+    for (cursor, status) in [
+        ("-2", 422),
+        ("abc", 422),
+        ("", 422),
+        (&(last + 1).to_string(), 409),
+        ("18446744073709551615", 409),
+        ("99999999999999999999999", 409),
     ] {
         let response = app.rejoin_with("t-join", &run, Some(cursor), "").await;
-        assert_eq!(response.status(), 422, "{cursor:?}");
+        assert_eq!(response.status(), status, "{cursor:?}");
         let body: Value = response.json().await.unwrap();
         let detail = body["detail"].as_str().unwrap();
         assert!(
@@ -333,7 +334,7 @@ async fn minus_one_replays_from_the_start_and_sdk_rejoin_parameters_are_accepted
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cursor_past_a_live_runs_end_is_a_422_at_once() {
+async fn a_cursor_past_a_live_runs_end_is_a_409_at_once() {
     let app = paced(200).await;
     let response = app
         .client
@@ -345,7 +346,7 @@ async fn a_cursor_past_a_live_runs_end_is_a_422_at_once() {
     let run: Value = response.json().await.unwrap();
     let run = run["run_id"].as_str().unwrap();
     let response = app.rejoin_with("t-live", run, Some("100000"), "").await;
-    assert_eq!(response.status(), 422);
+    assert_eq!(response.status(), 409);
     let (_, _, record) = app
         .get_json(&format!("/api/threads/t-live/runs/{run}"))
         .await;

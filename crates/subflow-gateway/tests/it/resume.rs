@@ -316,7 +316,7 @@ async fn a_pruned_log_gives_a_gap_to_an_old_cursor_and_a_lone_end_without_one() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bad_cursors_and_modes_are_422_and_unknown_runs_404() {
+async fn bad_cursors_and_modes_are_422_cursors_past_the_end_409_and_unknown_runs_404() {
     let (app, _dir) = sqlite_gateway(0).await;
     let streamed = app
         .stream_run("t-bad", demo_request(&["values"], "cancel"))
@@ -324,9 +324,14 @@ async fn bad_cursors_and_modes_are_422_and_unknown_runs_404() {
     let run_id = streamed.frames[0].data["run_id"].as_str().unwrap();
     let last = streamed.frames.last().unwrap().id.clone().unwrap();
     let past_the_end = (last.parse::<u64>().unwrap() + 1).to_string();
-    for cursor in ["abc", "-2", "1.5", &past_the_end] {
+    for (cursor, status) in [
+        ("abc", 422),
+        ("-2", 422),
+        ("1.5", 422),
+        (&past_the_end, 409),
+    ] {
         let response = app.rejoin_response("t-bad", run_id, Some(cursor), "").await;
-        assert_eq!(response.status(), 422, "{cursor}");
+        assert_eq!(response.status(), status, "{cursor}");
         let body: Value = response.json().await.unwrap();
         assert!(
             body["detail"]

@@ -1,0 +1,230 @@
+//! Durable batches (SPEC §12.2, §12.3, §12.11): the public projections of a batch and an
+//! item, their counts and usage, and the batch half of `/api/features`.
+
+use serde::{Deserialize, Serialize};
+
+use super::usage::Cost;
+use crate::{BatchItemStatus, BatchStatus, SubagentStopReason};
+
+/// How many items of a batch are in each status (all seven, always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchCounts {
+    /// Waiting for promotion.
+    pub pending: u64,
+    /// Promoted, waiting for a claim.
+    pub queued: u64,
+    /// Claimed by a worker, not yet running.
+    pub leased: u64,
+    /// Running on a worker.
+    pub running: u64,
+    /// Finished with a result.
+    pub succeeded: u64,
+    /// Finished without one after its last attempt.
+    pub failed: u64,
+    /// Cancelled with the batch.
+    pub cancelled: u64,
+}
+
+impl BatchCounts {
+    /// The count of `status`.
+    pub fn get(&self, status: BatchItemStatus) -> u64 {
+        match status {
+            BatchItemStatus::Pending => self.pending,
+            BatchItemStatus::Queued => self.queued,
+            BatchItemStatus::Leased => self.leased,
+            BatchItemStatus::Running => self.running,
+            BatchItemStatus::Succeeded => self.succeeded,
+            BatchItemStatus::Failed => self.failed,
+            BatchItemStatus::Cancelled => self.cancelled,
+        }
+    }
+
+    fn slot(&mut self, status: BatchItemStatus) -> &mut u64 {
+        match status {
+            BatchItemStatus::Pending => &mut self.pending,
+            BatchItemStatus::Queued => &mut self.queued,
+            BatchItemStatus::Leased => &mut self.leased,
+            BatchItemStatus::Running => &mut self.running,
+            BatchItemStatus::Succeeded => &mut self.succeeded,
+            BatchItemStatus::Failed => &mut self.failed,
+            BatchItemStatus::Cancelled => &mut self.cancelled,
+        }
+    }
+
+    /// Counts one item moving from `from` to `to`.
+    pub fn shift(&mut self, from: BatchItemStatus, to: BatchItemStatus) {
+        let from_slot = self.slot(from);
+        *from_slot = from_slot.saturating_sub(1);
+        *self.slot(to) += 1;
+    }
+
+    /// Adds `n` items of `status`.
+    pub fn add(&mut self, status: BatchItemStatus, n: u64) {
+        *self.slot(status) += n;
+    }
+
+    /// The counts of a list of statuses.
+    pub fn of(statuses: impl IntoIterator<Item = BatchItemStatus>) -> Self {
+        let mut counts = BatchCounts::default();
+        for status in statuses {
+            counts.add(status, 1);
+        }
+        counts
+    }
+
+    /// Items in a status a worker holds or is about to take: queued, leased, running.
+    pub fn active(&self) -> u64 {
+        self.queued + self.leased + self.running
+    }
+
+    /// Items under a lease: leased and running.
+    pub fn leased_or_running(&self) -> u64 {
+        self.leased + self.running
+    }
+
+    /// Items that are not yet terminal.
+    pub fn unfinished(&self) -> u64 {
+        self.pending + self.active()
+    }
+
+    /// Every item.
+    pub fn total(&self) -> u64 {
+        self.unfinished() + self.succeeded + self.failed + self.cancelled
+    }
+
+    /// `(status, count)` for all seven statuses, in SPEC order.
+    pub fn iter(&self) -> impl Iterator<Item = (BatchItemStatus, u64)> + '_ {
+        BatchItemStatus::ALL
+            .iter()
+            .map(|status| (*status, self.get(*status)))
+    }
+}
+
+/// Summed token usage of an item's attempt (SPEC §12.3 `token_usage`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ItemUsage {
+    /// Input tokens.
+    pub input_tokens: i64,
+    /// Output tokens.
+    pub output_tokens: i64,
+    /// Total tokens.
+    pub total_tokens: i64,
+}
+
+/// A batch's public fields (SPEC §12.3), then the additive progress and spend fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Batch {
+    /// `subagent-batch-` + 32 hex digits.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^subagent-batch-[0-9a-f]{32}$"))]
+    pub id: String,
+    /// The thread the lead ran in.
+    pub thread_id: String,
+    /// At most 256 characters.
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
+    pub title: String,
+    /// The subagent definition every item runs.
+    pub subagent_type: String,
+    /// Lifecycle status.
+    pub status: BatchStatus,
+    /// Items in the batch.
+    pub total_items: u64,
+    /// Items promoted at once.
+    pub max_live_items: u32,
+    /// Items running at once.
+    pub max_running_items: u32,
+    /// Attempts per item.
+    pub max_attempts: u32,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+    /// RFC 3339, once terminal.
+    pub completed_at: Option<String>,
+    /// Items by status, all seven.
+    pub counts: BatchCounts,
+    /// The items' usage, summed (additive).
+    pub usage: ItemUsage,
+    /// The items priced at their models, or null when nothing is priced or currencies
+    /// mix (additive).
+    pub cost: Option<Cost>,
+    /// Items finished per minute over the last five minutes, 2 decimals (additive).
+    pub items_per_minute: f64,
+    /// Seconds until the unfinished items are done at that rate; null while the batch
+    /// is paused or ended, or nothing finished recently (additive).
+    pub eta_seconds: Option<u64>,
+    /// The whole batch's expected cost in `cost.currency`, or null (additive).
+    pub projected_cost: Option<f64>,
+}
+
+/// An item's public fields (SPEC §12.3): never its prompt, lease or result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchItem {
+    /// `batch-item-` + 32 hex digits.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^batch-item-[0-9a-f]{32}$"))]
+    pub id: String,
+    /// Its batch.
+    pub batch_id: String,
+    /// The submitter's key, unique in the batch.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
+    pub item_key: String,
+    /// 0-based order.
+    pub position: u32,
+    /// Lifecycle status.
+    pub status: BatchItemStatus,
+    /// Attempts started.
+    pub attempt: u32,
+    /// The model of the last attempt.
+    pub model_name: Option<String>,
+    /// The first characters of the result.
+    pub result_preview: Option<String>,
+    /// Whether the preview is shorter than the result.
+    pub result_truncated: bool,
+    /// The last failure.
+    pub error: Option<String>,
+    /// Why a guard ended the last attempt.
+    pub stop_reason: Option<SubagentStopReason>,
+    /// Summed usage of the last attempt.
+    pub token_usage: Option<ItemUsage>,
+    /// Advisory criteria the submitter gave.
+    pub acceptance_criteria: Vec<String>,
+    /// Advisory; null in this version.
+    pub acceptance_verdict: Option<String>,
+    /// RFC 3339.
+    pub started_at: Option<String>,
+    /// RFC 3339.
+    pub completed_at: Option<String>,
+    /// RFC 3339.
+    pub created_at: String,
+    /// RFC 3339.
+    pub updated_at: String,
+}
+
+/// One line of `results.jsonl`: the public item and its result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchExportLine {
+    /// The public fields.
+    #[serde(flatten)]
+    pub item: BatchItem,
+    /// The whole result of a succeeded item.
+    pub result: Option<String>,
+}
+
+/// `subagent_batches` of `/api/features`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct BatchFeatures {
+    /// An alias of `worker_running`.
+    pub enabled: bool,
+    /// Always true: batches are stored in the configured database.
+    pub repository_available: bool,
+    /// This process runs a worker, or (PostgreSQL) a worker heartbeat is younger than
+    /// `subagent_batches.lease_seconds`.
+    pub worker_running: bool,
+    /// `subagent_runtime.max_running` while a worker runs, else 0.
+    pub max_running: u32,
+}

@@ -1,0 +1,40 @@
+//! The HTTP API's request and response bodies (SPEC §2, §6, §7, §12), as the gateway
+//! reads and writes them. With feature `openapi` every type also describes itself as a
+//! JSON Schema (`utoipa::ToSchema`), which the gateway's OpenAPI document is built from;
+//! without it this module is plain serde types.
+
+pub mod batches;
+pub mod meta;
+pub mod numbers;
+pub mod runs;
+pub mod tasks;
+pub mod threads;
+pub mod usage;
+
+use serde::{Deserialize, Serialize};
+
+pub use batches::{Batch, BatchCounts, BatchExportLine, BatchFeatures, BatchItem, ItemUsage};
+pub use meta::{Assistant, Features, GraphSchema, Info, ModelListing, Models};
+pub use runs::{
+    CancelAction, DisconnectAction, MultitaskStrategy, Run, RunInput, RunRequest, StreamMode,
+};
+pub use tasks::{TaskStatus, TaskStep, TaskSummary};
+pub use threads::{HistoryRequest, StateValues, Thread, ThreadCreate, ThreadSearch, ThreadState};
+pub use usage::{ModelUsage, TokenUsage};
+
+/// Every failed request's body: what was wrong, in a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ErrorBody {
+    /// What was wrong.
+    pub detail: String,
+}
+
+/// `GET /health`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Health {
+    /// Always `ok`.
+    #[cfg_attr(feature = "openapi", schema(pattern = "^ok$"))]
+    pub status: String,
+}
