@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use subflow_contracts::api::StreamMode;
 use subflow_contracts::messages::Message;
 use subflow_contracts::{NewEvent, RunStatus};
-use subflow_runtime::output::{OutputSink, RunOutput};
+use subflow_runtime::output::{EventBarrier, OutputSink, RunOutput};
 use subflow_runtime::run::{RunResult, RunSpec};
 use subflow_runtime::spans::{TraceOverrides, TraceRequest};
 use subflow_store::{
@@ -41,15 +41,6 @@ use hub::Hub;
 
 /// Frames per store write; more pending frames go in the next write.
 const PERSIST_BATCH: usize = 256;
-
-/// How long the write-behind lets a run's frames gather before it writes them, per run
-/// writing in this process, within these bounds. Watchers in this process read the hub
-/// and never wait for it; watchers elsewhere wait at most this much longer. One stream
-/// commits almost every frame at once; a hundred commit bursts instead of frames, which
-/// keeps the store's single writer (SQLite) from becoming everyone's queue.
-const LINGER_PER_RUN: Duration = Duration::from_millis(1);
-const LINGER_MIN: Duration = Duration::from_millis(2);
-const LINGER_MAX: Duration = Duration::from_millis(100);
 
 /// The first and the longest wait before a failed write is retried.
 const RETRY_MIN: Duration = Duration::from_millis(100);
@@ -93,14 +84,6 @@ struct Shared {
     owner: String,
     hubs: Mutex<HashMap<String, Arc<Hub>>>,
     notices: broadcast::Sender<StreamNotice>,
-}
-
-impl Shared {
-    /// The write-behind's linger with the runs now streaming here.
-    fn linger(&self) -> Duration {
-        let runs = self.hubs.lock().unwrap_or_else(|p| p.into_inner()).len();
-        (LINGER_PER_RUN * u32::try_from(runs).unwrap_or(u32::MAX)).clamp(LINGER_MIN, LINGER_MAX)
-    }
 }
 
 impl Default for Streams {
@@ -247,6 +230,7 @@ pub(crate) async fn start_run(
         },
     };
     let (sink, output) = OutputSink::channel();
+    let barrier = sink.barrier().clone();
     let runtime = state.runtime.clone();
     let (metrics, prices, run_model) = (
         state.metrics.clone(),
@@ -268,8 +252,7 @@ pub(crate) async fn start_run(
         &run.run_id,
         &run.thread_id,
         cancel.clone(),
-        execution,
-        output,
+        (execution, output, barrier),
         &modes,
         span,
     )
@@ -278,16 +261,19 @@ pub(crate) async fn start_run(
 }
 
 /// Starts a run whose record exists: leases it, spawns its `execution` (the runtime
-/// executing it, writing into the sink whose receiver is `output`) and pumps the output
-/// into a hub and the store. The handle resolves once the run's log is stored.
-#[allow(clippy::too_many_arguments)]
+/// executing it, writing into the sink whose receiver is `output` and whose event
+/// buffers `barrier` flushes) and pumps the output into a hub and the store. The handle
+/// resolves once the run's log is stored.
 async fn launch(
     state: &AppState,
     run_id: &str,
     thread_id: &str,
     cancel: CancellationToken,
-    execution: impl Future<Output = RunResult> + Send + 'static,
-    output: mpsc::UnboundedReceiver<RunOutput>,
+    (execution, output, barrier): (
+        impl Future<Output = RunResult> + Send + 'static,
+        mpsc::UnboundedReceiver<RunOutput>,
+        EventBarrier,
+    ),
     modes: &[StreamMode],
     span: tracing::Span,
 ) -> JoinHandle<RunResult> {
@@ -322,7 +308,7 @@ async fn launch(
     );
     let run_task = tokio::spawn(execution.instrument(span.clone()));
     let persister =
-        tokio::spawn(persist(hub.clone(), store.clone(), streams.clone()).instrument(span.clone()));
+        tokio::spawn(persist(hub.clone(), store.clone(), barrier).instrument(span.clone()));
     let pump = Pump {
         hub,
         store,
@@ -517,10 +503,13 @@ fn batch_of(hub: &Hub, frames: &[Arc<hub::Frame>], ends: bool) -> FrameBatch {
     }
 }
 
-/// Writes a hub's frames behind it, in order, until the final frame is stored. A failed
-/// write is retried with backoff for as long as the process lives: frames stay in the
-/// hub meanwhile, so none is lost and none is written twice (the store skips stored ids).
-async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, streams: Streams) {
+/// Writes a hub's frames, in order, until the final frame is stored; each write first
+/// flushes the run's event buffers, so the records of what a frame shows are stored
+/// before it, and a frame is shown to watchers only once it is stored. A failed write is
+/// retried with backoff for as long as the process lives: frames stay in the hub
+/// meanwhile, so none is lost and none is written twice (the store skips stored ids).
+/// Frames that arrive while a write is under way go in the next one.
+async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, barrier: EventBarrier) {
     let mut changes = hub.subscribe();
     let mut backoff = RETRY_MIN;
     loop {
@@ -530,12 +519,16 @@ async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, streams: Streams) {
             if hub.is_flushed() || changes.changed().await.is_err() {
                 return;
             }
-            // Let a burst gather, but write the final frames at once: the run counts as
-            // done only when they are stored.
-            let finished = async { while !hub.is_finished() && changes.changed().await.is_ok() {} };
-            let _ = tokio::time::timeout(streams.shared.linger(), finished).await;
+            // Let the frames a step pushes at once go in one write.
+            tokio::task::yield_now().await;
             continue;
         };
+        if !barrier.flush().await {
+            tracing::warn!(retry_in = ?backoff, "storing the run's events failed; its frames wait");
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(RETRY_MAX);
+            continue;
+        }
         match store.append_frames(&batch_of(&hub, &frames, ends)).await {
             Ok(_) => {
                 hub.persisted(last);
@@ -548,6 +541,7 @@ async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, streams: Streams) {
                 // The run was deleted, or a bug made the frames unacceptable: retrying
                 // cannot help, and watchers here still have the hub.
                 tracing::error!(%error, "the run's stream frames cannot be stored; its log stops here");
+                hub.unstorable();
                 return;
             }
             Err(error) => {

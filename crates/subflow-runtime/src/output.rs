@@ -1,7 +1,7 @@
 //! What a run emits while it executes, for the gateway to frame as SSE (SPEC §2.4) and
 //! for `subflow tail`; and the per-task emitter of the live task events (SPEC §3.3).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use serde_json::{Map, Value, json};
@@ -104,13 +104,47 @@ impl RunOutput {
 #[derive(Debug, Clone)]
 pub struct OutputSink {
     tx: mpsc::UnboundedSender<RunOutput>,
+    barrier: EventBarrier,
+}
+
+/// The event buffers of one run, for a consumer that must not show an output item
+/// before the records of what it shows are stored: the runtime records an event before
+/// it sends the item that shows it, so a [`EventBarrier::flush`] that succeeded covers
+/// every item received until then.
+#[derive(Debug, Clone, Default)]
+pub struct EventBarrier(Arc<Mutex<Vec<EventBuffer>>>);
+
+impl EventBarrier {
+    /// Adds one of the run's buffers.
+    pub fn register(&self, buffer: EventBuffer) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(buffer);
+    }
+
+    /// Stores what every buffer holds now; true when all of it is stored.
+    pub async fn flush(&self) -> bool {
+        let buffers = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let mut stored = true;
+        for buffer in &buffers {
+            stored &= buffer.flush().await;
+        }
+        stored
+    }
 }
 
 impl OutputSink {
     /// A sink and the receiver the consumer reads.
     pub fn channel() -> (Self, mpsc::UnboundedReceiver<RunOutput>) {
         let (tx, rx) = mpsc::unbounded_channel();
-        (OutputSink { tx }, rx)
+        let barrier = EventBarrier::default();
+        (OutputSink { tx, barrier }, rx)
+    }
+
+    /// The run's event buffers, registered by the runtime as it creates them.
+    pub fn barrier(&self) -> &EventBarrier {
+        &self.barrier
     }
 
     /// Sends an item; a consumer that went away only means nobody is watching.
@@ -167,11 +201,9 @@ impl TaskEmitter {
     /// Sends `event` live and persists its record with `extra` content fields: what the
     /// record keeps beyond the live event (SPEC §6.1 task summaries read them).
     fn emit(&self, event: TaskEvent, created: Instant, extra: Option<(&str, Value)>) {
-        // Live first: persisting maps and serialises the event, which a watcher need not wait for.
-        self.sink.send(RunOutput::Custom {
-            payload: event.to_value(),
-            created,
-        });
+        // Recorded before it is sent: a consumer that flushes the run's buffers before it
+        // shows a frame (the gateway) never shows an event that is not stored.
+        let payload = event.to_value();
         let mut record = event.record();
         if let Some((key, value)) = extra {
             record = record.with_content_field(key, value);
@@ -185,6 +217,7 @@ impl TaskEmitter {
         ) {
             tracing::error!(task_id = %self.task_id, %error, "task event could not be persisted");
         }
+        self.sink.send(RunOutput::Custom { payload, created });
     }
 
     /// `task_started`.

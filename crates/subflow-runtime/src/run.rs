@@ -151,18 +151,22 @@ impl Runtime {
             .clone()
             .unwrap_or_else(|| crate::spans::DEFAULT_USER.to_owned());
         let trace = self.lead_trace(&spec, &user_id, &model_name);
+        let journal_buffer = self.buffer(&scope, BufferPolicy::journal(config.flush_interval));
+        let subagent_buffer = self.buffer(&scope, BufferPolicy::subagent(config.flush_interval));
+        sink.barrier().register(journal_buffer.clone());
+        sink.barrier().register(subagent_buffer.clone());
         let run = Arc::new(RunContext {
             thread_id: spec.thread_id.clone(),
             run_id: spec.run_id.clone(),
             trace_id: spec.trace_id.clone(),
             short_trace: short_trace(spec.delegation_trace.as_deref()),
             journal: Journal::new(
-                self.buffer(&scope, BufferPolicy::journal(config.flush_interval)),
+                journal_buffer,
                 config.track_token_usage,
                 config.max_trace_content,
             )
             .with_metrics(self.metrics.clone()),
-            subagent_buffer: self.buffer(&scope, BufferPolicy::subagent(config.flush_interval)),
+            subagent_buffer,
             sink,
             cancel: spec.cancel.clone(),
             workspace: Workspace::for_thread(&config.workspace_root, &spec.thread_id),

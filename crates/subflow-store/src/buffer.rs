@@ -149,6 +149,7 @@ pub struct EventScope {
 #[allow(clippy::large_enum_variant)]
 enum Command {
     Add(NewEvent),
+    Flush(oneshot::Sender<bool>),
     Close(oneshot::Sender<()>),
 }
 
@@ -250,6 +251,18 @@ impl EventBuffer {
         Ok(())
     }
 
+    /// Writes every record recorded before this call now, in one batch, and says whether
+    /// they are stored. On failure they stay pending, ahead of later records. A buffer
+    /// that already closed holds nothing: its final flush ran, and what it could not
+    /// write went to the retry queue.
+    pub async fn flush(&self) -> bool {
+        let (done_tx, done_rx) = oneshot::channel();
+        if self.tx.send(Command::Flush(done_tx)).is_err() {
+            return true;
+        }
+        done_rx.await.unwrap_or(true)
+    }
+
     /// Runs the final flush (with its retries) and stops the buffer. Records that are
     /// still unwritten afterwards are handed to the retry queue. Idempotent.
     pub async fn close(&self) {
@@ -288,12 +301,17 @@ impl BufferTask {
             // flush writes all of them in one batch. Under load that is one commit for
             // many records instead of one per 25.
             let mut flush_now = false;
+            let mut waiting = Vec::new();
             let mut taken = 0;
             let closing = loop {
                 match next {
                     Some(Command::Add(event)) => {
                         flush_now |= self.policy.flushes_on(&event);
                         self.push(event);
+                    }
+                    Some(Command::Flush(done)) => {
+                        flush_now = true;
+                        waiting.push(done);
                     }
                     Some(Command::Close(done)) => break Some(Some(done)),
                     None => break Some(None),
@@ -310,18 +328,26 @@ impl BufferTask {
             if let Some(done) = closing {
                 rx.close();
                 while let Ok(command) = rx.try_recv() {
-                    if let Command::Add(event) = command {
-                        self.push(event);
+                    match command {
+                        Command::Add(event) => self.push(event),
+                        Command::Flush(done) => waiting.push(done),
+                        Command::Close(_) => {}
                     }
                 }
-                self.final_flush().await;
+                let stored = self.final_flush().await;
+                for done in waiting {
+                    let _ = done.send(stored);
+                }
                 if let Some(done) = done {
                     let _ = done.send(());
                 }
                 return;
             }
             if flush_now || self.pending.len() >= self.policy.threshold {
-                self.flush().await;
+                let stored = self.flush().await;
+                for done in waiting {
+                    let _ = done.send(stored);
+                }
             }
         }
     }
@@ -364,20 +390,23 @@ impl BufferTask {
         }
     }
 
-    async fn final_flush(&mut self) {
+    /// The last flush, retried; what it cannot write goes to the retry queue. Says
+    /// whether everything was stored.
+    async fn final_flush(&mut self) -> bool {
         if self.flush().await {
-            return;
+            return true;
         }
         for delay in self.policy.final_retry_delays.clone() {
             sleep(delay).await;
             if self.flush().await {
-                return;
+                return true;
             }
         }
         let kind = self.policy.kind;
         let records = std::mem::take(&mut self.pending);
         self.counters.add_pending(kind, -(records.len() as i64));
         self.retry.push(kind, records);
+        false
     }
 }
 

@@ -2,9 +2,11 @@
 //! held until they are persisted and a little longer, so watchers in this process
 //! follow the run without polling the store.
 //!
-//! Ids are assigned under the hub's lock, 1, 2, 3, … with no gaps. Only persisted frames
-//! leave the window, so a watcher that falls behind it finds every missing frame in the
-//! store.
+//! Ids are assigned under the hub's lock, 1, 2, 3, … with no gaps. Watchers see a frame
+//! only once it is persisted (commit before send), so an id a client holds names a
+//! stored frame, and a process that recovers the run after a crash numbers its frames
+//! after every one a client can have seen. Only persisted frames leave the window, so a
+//! watcher that falls behind it finds every missing frame in the store.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -82,9 +84,21 @@ struct State {
     persisted: u64,
     /// The final frame was pushed.
     finished: bool,
+    /// The store refused the frames for good (the run was deleted): watchers here are
+    /// shown them unpersisted, since no store will ever hold them.
+    unstorable: bool,
 }
 
 impl State {
+    /// The last id watchers may see.
+    fn visible(&self) -> u64 {
+        if self.unstorable {
+            self.last_id
+        } else {
+            self.persisted.min(self.last_id)
+        }
+    }
+
     fn first_id(&self) -> u64 {
         self.window.front().map_or(self.last_id + 1, |f| f.id)
     }
@@ -128,8 +142,8 @@ impl Hub {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Numbers a frame and makes it visible to watchers; `last` marks the final frame.
-    /// Frames after the final one are dropped.
+    /// Numbers a frame for the persister, which makes it visible to watchers once it is
+    /// stored; `last` marks the final frame. Frames after the final one are dropped.
     pub fn push(&self, event: &str, data: &Value, last: bool) {
         self.push_stored(event, data, None, last);
     }
@@ -157,27 +171,28 @@ impl Hub {
         self.changed.send_modify(|version| *version += 1);
     }
 
-    /// A receiver that changes whenever a frame is pushed.
+    /// A receiver that changes whenever a frame is pushed or frames become visible.
     pub fn subscribe(&self) -> watch::Receiver<u64> {
         self.changed.subscribe()
     }
 
-    /// Up to `limit` frames after `cursor`.
+    /// Up to `limit` visible (persisted) frames after `cursor`.
     pub fn read_after(&self, cursor: u64, limit: usize) -> Read {
         let state = self.lock();
-        if cursor >= state.last_id {
-            return if state.finished {
-                Read::Finished
-            } else {
-                Read::Pending
-            };
+        if cursor >= state.last_id && state.finished {
+            return Read::Finished;
+        }
+        let visible = state.visible();
+        if cursor >= visible {
+            return Read::Pending;
         }
         let first = state.first_id();
         if cursor + 1 < first {
             return Read::Behind { before: first };
         }
         let start = (cursor + 1 - first) as usize;
-        Read::Frames(state.window.range(start..).take(limit).cloned().collect())
+        let count = limit.min((visible - cursor) as usize);
+        Read::Frames(state.window.range(start..).take(count).cloned().collect())
     }
 
     /// Up to `limit` frames not yet persisted, and whether they end the log.
@@ -190,21 +205,25 @@ impl Hub {
         (frames, ends)
     }
 
-    /// Records that frames up to `id` are in the store.
+    /// Records that frames up to `id` are in the store, which shows them to watchers.
     pub fn persisted(&self, id: u64) {
         let mut state = self.lock();
         state.persisted = state.persisted.max(id);
         state.evict();
+        drop(state);
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    /// Shows every frame, now and later, to watchers unpersisted: the store refused them
+    /// for good.
+    pub fn unstorable(&self) {
+        self.lock().unstorable = true;
+        self.changed.send_modify(|version| *version += 1);
     }
 
     /// The id of the latest frame pushed (0 before the first).
     pub fn last_id(&self) -> u64 {
         self.lock().last_id
-    }
-
-    /// Whether the final frame was pushed.
-    pub fn is_finished(&self) -> bool {
-        self.lock().finished
     }
 
     /// Whether the final frame was pushed and everything is persisted.
@@ -229,6 +248,7 @@ mod tests {
     #[test]
     fn frames_are_numbered_contiguously_and_read_by_cursor() {
         let hub = Hub::new("r", "t");
+        hub.unstorable();
         assert!(matches!(hub.read_after(0, 10), Read::Pending));
         for n in 0..5 {
             hub.push("values", &json!({"n": n}), false);
@@ -251,17 +271,40 @@ mod tests {
     }
 
     #[test]
+    fn watchers_see_a_frame_only_once_it_is_persisted() {
+        let hub = Hub::new("r", "t");
+        let mut changes = hub.subscribe();
+        for _ in 0..3 {
+            hub.push("custom", &json!({}), false);
+        }
+        assert!(matches!(hub.read_after(0, 10), Read::Pending));
+        changes.borrow_and_update();
+        hub.persisted(2);
+        assert!(changes.has_changed().unwrap(), "watchers are woken");
+        assert_eq!(ids(hub.read_after(0, 10)), [1, 2]);
+        assert!(matches!(hub.read_after(2, 10), Read::Pending));
+        hub.push("end", &Value::Null, true);
+        assert!(
+            matches!(hub.read_after(2, 10), Read::Pending),
+            "the final frame is not shown before it is stored"
+        );
+        hub.persisted(4);
+        assert_eq!(ids(hub.read_after(2, 10)), [3, 4]);
+        assert!(matches!(hub.read_after(4, 10), Read::Finished));
+    }
+
+    #[test]
     fn only_persisted_frames_leave_the_window() {
         let hub = Hub::new("r", "t");
         let total = WINDOW_FRAMES as u64 + 100;
         for _ in 0..total {
             hub.push("custom", &json!({}), false);
         }
-        assert_eq!(
-            ids(hub.read_after(0, 1)),
-            [1],
-            "nothing persisted, nothing evicted"
+        assert!(
+            matches!(hub.read_after(0, 1), Read::Pending),
+            "nothing persisted: nothing shown, nothing evicted"
         );
+        assert_eq!(hub.unpersisted(1).0[0].id, 1);
         let (batch, ends) = hub.unpersisted(50);
         assert_eq!(batch.len(), 50);
         assert!(!ends);

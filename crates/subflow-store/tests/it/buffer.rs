@@ -292,6 +292,26 @@ async fn a_lone_step_is_persisted_within_the_flush_interval() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn flush_stores_what_was_recorded_before_it_and_says_whether_it_did() {
+    let h = harness(Some(Faults::Down));
+    h.buffer.record_task_event(&running("call_a", 1)).unwrap();
+    assert!(!h.buffer.flush().await, "the store is down");
+    assert!(h.store.run_events().await.is_empty());
+    assert_eq!(h.counters.pending(BufferKind::Subagent), 1, "kept for the next flush");
+    h.store.heal();
+    h.buffer.record_task_event(&running("call_a", 2)).unwrap();
+    assert!(h.buffer.flush().await);
+    assert_eq!(
+        h.store.run_events().await.len(),
+        2,
+        "stored at once, long before the flush interval"
+    );
+    assert!(h.buffer.flush().await, "nothing pending is a success");
+    h.buffer.close().await;
+    assert!(h.buffer.flush().await, "a closed buffer holds nothing");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_failed_batch_is_kept_ahead_of_newer_records_and_never_raised() {
     let h = harness(Some(Faults::Down));
     for index in 1..=25 {

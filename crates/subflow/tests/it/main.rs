@@ -7,6 +7,7 @@ mod cli;
 mod client;
 mod config;
 mod connections;
+mod crash;
 mod memory;
 mod recovery;
 mod sdk;

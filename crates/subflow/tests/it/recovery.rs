@@ -20,7 +20,7 @@ const PATIENCE: Duration = Duration::from_secs(60);
 
 /// `subflow.toml` with a paced demo plan (so a run is still going when it is killed),
 /// run leases of two seconds, and `database_url` when given.
-fn write_config(dir: &Path, database_url: Option<&str>) {
+pub(crate) fn write_config(dir: &Path, database_url: Option<&str>) {
     let mut config = String::from("[runs]\nlease_seconds = 2\n\n");
     if let Some(url) = database_url {
         config.push_str(&format!("[database]\nurl = \"{url}\"\n\n"));
@@ -32,24 +32,24 @@ fn write_config(dir: &Path, database_url: Option<&str>) {
 }
 
 /// `serve` in `dir` with its config; its stderr is drained so it never blocks.
-fn serve(dir: &Path) -> (Child, String) {
+pub(crate) fn serve(dir: &Path) -> (Child, String) {
     let config = dir.join("subflow.toml");
     let (child, address, lines) = start_serve(dir, &["--config", config.to_str().unwrap()]);
     std::thread::spawn(move || lines.map_while(Result::ok).for_each(drop));
     (child, format!("http://{address}/api"))
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
-async fn get(api: &str, path: &str) -> Value {
+pub(crate) async fn get(api: &str, path: &str) -> Value {
     let response = client().get(format!("{api}{path}")).send().await.unwrap();
     assert_eq!(response.status(), 200, "{path}");
     response.json().await.unwrap()
 }
 
-async fn events(api: &str, thread: &str, run: &str) -> Vec<RunEvent> {
+pub(crate) async fn events(api: &str, thread: &str, run: &str) -> Vec<RunEvent> {
     let page = get(
         api,
         &format!("/threads/{thread}/runs/{run}/events?limit=2000"),
@@ -86,7 +86,7 @@ async fn start_demo_run(api: &str, thread: &str) -> String {
     run_id
 }
 
-fn kill_hard(mut child: Child) {
+pub(crate) fn kill_hard(mut child: Child) {
     // `Child::kill` is SIGKILL: no shutdown, no final flush, the lease left held.
     child.kill().unwrap();
     child.wait().unwrap();
