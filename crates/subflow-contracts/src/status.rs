@@ -101,6 +101,9 @@ string_enum! {
         SubagentLimitCapped = "subagent_limit_capped",
         ModelLengthCapped = "model_length_capped",
         OrphanRecovered = "orphan_recovered",
+        /// The store refused the run's writes (additive): the run ended `error` once it
+        /// took them again.
+        StoreUnavailable = "store_unavailable",
     }
 }
 

@@ -580,18 +580,47 @@ async fn ended(state: &AppState, thread_id: &str, run_id: &str) -> subflow_store
     }
 }
 
+/// How long a cancel with `wait=true` (and a multitask interrupt or rollback) waits for
+/// the run to end before it answers anyway: the cancel was delivered, and a run whose
+/// final writes wait for the store ends once the store takes them.
+const STOP_WAIT: Duration = Duration::from_secs(5);
+
 /// Cancels a run wherever it executes: here through its token, elsewhere through a
-/// stored request its owner acts on. Then waits for it to end.
+/// stored request its owner acts on. Then waits for it to end, at most [`STOP_WAIT`].
 pub(crate) async fn cancel_and_wait(state: &AppState, thread_id: &str, run_id: &str) {
-    if let Some(active) = state.active.get(run_id) {
-        active.cancel.cancel();
-        let mut done = active.done.clone();
-        let _ = done.wait_for(|ended| *ended).await;
-        return;
+    let ended = async {
+        if let Some(active) = state.active.get(run_id) {
+            active.cancel.cancel();
+            let mut done = active.done.clone();
+            let _ = done.wait_for(|ended| *ended).await;
+            return;
+        }
+        match state.store.request_cancel(run_id).await {
+            Ok(true) => wait_for_end(state, thread_id, run_id).await,
+            Ok(false) => {}
+            Err(error) => tracing::error!(%error, run_id, "storing the cancel request failed"),
+        }
+    };
+    if tokio::time::timeout(STOP_WAIT, ended).await.is_err() {
+        tracing::warn!(
+            run_id,
+            "the cancelled run has not ended yet; answering anyway"
+        );
     }
-    match state.store.request_cancel(run_id).await {
-        Ok(true) => wait_for_end(state, thread_id, run_id).await,
-        Ok(false) => {}
-        Err(error) => tracing::error!(%error, run_id, "storing the cancel request failed"),
-    }
+}
+
+/// Waits for a run to end, here or in another process, for at most its timeout and one
+/// lease (after which even a dead owner's run is recovered): false when it still has not
+/// ended, because its final writes wait for the store.
+pub(crate) async fn wait_for_end_bounded(state: &AppState, thread_id: &str, run_id: &str) -> bool {
+    let ended = async {
+        if let Some(active) = state.active.get(run_id) {
+            let mut done = active.done.clone();
+            let _ = done.wait_for(|ended| *ended).await;
+        } else {
+            wait_for_end(state, thread_id, run_id).await;
+        }
+    };
+    let limit = state.run_timeout + state.streams.config().lease;
+    tokio::time::timeout(limit, ended).await.is_ok()
 }

@@ -44,6 +44,9 @@ pub(crate) struct Lead<'a> {
     pub messages: Vec<Message>,
     pub stop_reason: Option<RunStopReason>,
     pub checkpoint_id: Option<String>,
+    /// The latest checkpoint, while the store has refused it: the run stores it before
+    /// it ends.
+    pub unstored: Option<NewCheckpoint>,
     pub tasks_started: usize,
     pub step: u64,
     /// The lead's tools; every dispatch decision reads it.
@@ -302,6 +305,23 @@ impl Lead<'_> {
         self.checkpoint().await;
     }
 
+    /// Stores the latest checkpoint if the store refused it, retrying until the store
+    /// takes it, so the run's messages outlive an outage.
+    pub async fn store_unstored(&mut self) {
+        let Some(checkpoint) = self.unstored.take() else {
+            return;
+        };
+        let id = checkpoint.checkpoint_id.clone();
+        let store = &self.runtime.store;
+        let written = crate::run::until_stored("the final checkpoint", &self.run.run_id, || {
+            store.put_checkpoint(checkpoint.clone())
+        })
+        .await;
+        if written.is_some() {
+            self.checkpoint_id = Some(id);
+        }
+    }
+
     /// Writes a checkpoint of the current messages and emits `values`.
     pub async fn checkpoint(&mut self) {
         self.step += 1;
@@ -319,13 +339,16 @@ impl Lead<'_> {
             values: values.clone(),
             metadata,
         };
-        let stored = match self.runtime.store.put_checkpoint(checkpoint).await {
+        let stored = match self.runtime.store.put_checkpoint(checkpoint.clone()).await {
             Ok(_) => {
                 self.checkpoint_id = Some(checkpoint_id.clone());
+                self.unstored = None;
                 Some(checkpoint_id)
             }
             Err(error) => {
                 tracing::error!(%error, run_id = %self.run.run_id, "checkpoint write failed");
+                self.run.store_fault.note("a checkpoint", &error);
+                self.unstored = Some(checkpoint);
                 None
             }
         };

@@ -20,7 +20,7 @@ use crate::journal::Journal;
 use crate::lead::{Lead, LeadEnd};
 use crate::observers::{ObserverOutcome, TaskInfo};
 use crate::output::OutputSink;
-use crate::runtime::{RunContext, Runtime};
+use crate::runtime::{RunContext, Runtime, StoreFault};
 use crate::spans::{AgentTrace, TraceIdentity, TraceRequest, trace_tags};
 use crate::tool_table::ToolTable;
 use crate::tools::Workspace;
@@ -174,6 +174,7 @@ impl Runtime {
             observers: self.observers.clone(),
             user_id,
             trace,
+            store_fault: StoreFault::default(),
         });
         let observed = run
             .observers
@@ -224,6 +225,7 @@ impl Runtime {
             messages: history,
             stop_reason: None,
             checkpoint_id: None,
+            unstored: None,
             tasks_started: 0,
             step: 0,
             tools: ToolTable::for_lead(config),
@@ -290,16 +292,46 @@ impl Runtime {
         }
         snapshots.abort();
         let usage = run.journal.usage(lead.messages.len() as i64);
-        if let Err(error) = self.store.save_run_usage(&run.run_id, &usage).await {
-            tracing::error!(%error, "saving the run's usage failed");
+        // Persisted history first, then the terminal status (SPEC §5.4). What the store
+        // refuses now is retried until it takes it: a run ends in the store, never stays
+        // active for good, and keeps its messages.
+        if !run.subagent_buffer.close().await {
+            run.store_fault.note("run events", "the final flush failed");
         }
-        // Persisted history first, then the terminal status (SPEC §5.4).
-        run.subagent_buffer.close().await;
-        run.journal.buffer().close().await;
-        let stop_reason = lead.stop_reason;
-        let ended = self
-            .set_status(&run.run_id, status, stop_reason, error.clone())
-            .await;
+        if !run.journal.buffer().close().await {
+            run.store_fault.note("run events", "the final flush failed");
+        }
+        lead.store_unstored().await;
+        let (status, stop_reason, error) = match run.store_fault.first() {
+            None => (status, lead.stop_reason, error),
+            Some(fault) => {
+                let text = format!("The store refused the run's writes ({fault})");
+                tracing::error!(run_id = %run.run_id, "{text}");
+                if status != RunStatus::Error {
+                    // The journal is closed: the record goes through the retry queue.
+                    run.journal.run_error(&text, "StoreUnavailable");
+                }
+                (
+                    RunStatus::Error,
+                    Some(RunStopReason::StoreUnavailable),
+                    error.or(Some(text)),
+                )
+            }
+        };
+        until_stored("the run's usage", &run.run_id, || {
+            self.store.save_run_usage(&run.run_id, &usage)
+        })
+        .await;
+        let update = RunStatusUpdate {
+            status,
+            stop_reason,
+            error: error.clone(),
+        };
+        let ended = until_stored("the run's status", &run.run_id, || {
+            self.store.update_run_status(&run.run_id, &update)
+        })
+        .await
+        .unwrap_or(false);
         if ended {
             // Only the write that ended the run mirrors its status, so `run.end` is
             // written at most once, and only once the status is durable (SPEC §5.2).
@@ -316,10 +348,10 @@ impl Runtime {
             RunStatus::Interrupted => ThreadStatus::Interrupted,
             _ => ThreadStatus::Idle,
         };
-        let _ = self
-            .store
-            .set_thread_status(&run.thread_id, thread_status)
-            .await;
+        until_stored("the thread's status", &run.run_id, || {
+            self.store.set_thread_status(&run.thread_id, thread_status)
+        })
+        .await;
         observed.stop(ObserverOutcome::for_lead(status)).await;
         self.metrics.run_finished(status, started.elapsed());
         if let Some(trace) = run.trace.clone() {
@@ -387,5 +419,34 @@ impl Runtime {
                 }
             }
         })
+    }
+}
+
+/// The first and the longest wait between attempts of a write the run cannot end without.
+const STORE_RETRY_MIN: Duration = Duration::from_millis(100);
+const STORE_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Runs `write` until the store takes it, waiting longer after each refusal (up to
+/// [`STORE_RETRY_MAX`]); `None` when the store refuses its input for good (the run or
+/// thread was deleted), which no retry can change.
+pub(crate) async fn until_stored<T, F, W>(what: &str, run_id: &str, write: W) -> Option<T>
+where
+    W: Fn() -> F,
+    F: Future<Output = subflow_store::Result<T>>,
+{
+    let mut delay = STORE_RETRY_MIN;
+    loop {
+        match write().await {
+            Ok(done) => return Some(done),
+            Err(error) if error.is_invalid_input() => {
+                tracing::warn!(%error, run_id, "the store refused {what} for good");
+                return None;
+            }
+            Err(error) => {
+                tracing::warn!(%error, run_id, retry_in = ?delay, "the store refused {what}; retrying");
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(STORE_RETRY_MAX);
+            }
+        }
     }
 }

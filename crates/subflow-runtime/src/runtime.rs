@@ -312,4 +312,24 @@ pub struct RunContext {
     pub user_id: String,
     /// The lead's trace, when spans are exported.
     pub(crate) trace: Option<AgentTrace>,
+    /// The first of the run's writes the store refused, if any.
+    pub(crate) store_fault: StoreFault,
+}
+
+/// The first write of a run that the store refused: a run that lost writes ends `error`
+/// with `store_unavailable`, once the store takes its final writes.
+#[derive(Debug, Default)]
+pub(crate) struct StoreFault(std::sync::Mutex<Option<String>>);
+
+impl StoreFault {
+    /// Notes a refused write of `what`; the first one is kept.
+    pub(crate) fn note(&self, what: &str, error: impl std::fmt::Display) {
+        let mut first = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        first.get_or_insert_with(|| format!("{what}: {error}"));
+    }
+
+    /// The first refused write.
+    pub(crate) fn first(&self) -> Option<String> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }

@@ -241,3 +241,53 @@ mod tests {
         );
     }
 }
+
+/// A test-only full disk: every insert, update and delete on the store's tables fails
+/// with PostgreSQL's own `disk_full` error (SQLSTATE 53100) until it is healed, while
+/// reads go on working, as they do on a server whose volume filled up.
+#[derive(Debug)]
+pub struct FullDisk;
+
+impl FullDisk {
+    /// Makes every write fail.
+    pub async fn fill(store: &PostgresStore) {
+        let statements = [
+            "CREATE OR REPLACE FUNCTION subflow_test_disk_full() RETURNS trigger AS $$
+             BEGIN
+                 RAISE EXCEPTION 'could not extend file: No space left on device'
+                     USING ERRCODE = 'disk_full';
+             END $$ LANGUAGE plpgsql",
+            "DO $$ DECLARE t TEXT; BEGIN
+                 FOR t IN SELECT tablename FROM pg_tables
+                          WHERE schemaname = current_schema()
+                            AND tablename NOT LIKE '\\_sqlx%' AND tablename NOT LIKE 'subflow\\_test%'
+                 LOOP
+                     EXECUTE format('CREATE TRIGGER subflow_test_disk_full BEFORE INSERT OR UPDATE
+                         OR DELETE ON %I FOR EACH STATEMENT
+                         EXECUTE FUNCTION subflow_test_disk_full()', t);
+                 END LOOP;
+             END $$",
+        ];
+        for statement in statements {
+            sqlx::raw_sql(statement)
+                .execute(store.pool())
+                .await
+                .unwrap_or_else(|e| panic!("filling the disk: {e}"));
+        }
+    }
+
+    /// Lets writes through again.
+    pub async fn heal(store: &PostgresStore) {
+        sqlx::raw_sql(
+            "DO $$ DECLARE t TEXT; BEGIN
+                 FOR t IN SELECT tablename FROM pg_tables WHERE schemaname = current_schema()
+                 LOOP
+                     EXECUTE format('DROP TRIGGER IF EXISTS subflow_test_disk_full ON %I', t);
+                 END LOOP;
+             END $$",
+        )
+        .execute(store.pool())
+        .await
+        .unwrap_or_else(|e| panic!("healing the disk: {e}"));
+    }
+}

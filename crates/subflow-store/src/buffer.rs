@@ -150,7 +150,7 @@ pub struct EventScope {
 enum Command {
     Add(NewEvent),
     Flush(oneshot::Sender<bool>),
-    Close(oneshot::Sender<()>),
+    Close(oneshot::Sender<bool>),
 }
 
 /// A cheap-to-clone handle onto one run's buffer.
@@ -264,13 +264,15 @@ impl EventBuffer {
     }
 
     /// Runs the final flush (with its retries) and stops the buffer. Records that are
-    /// still unwritten afterwards are handed to the retry queue. Idempotent.
-    pub async fn close(&self) {
+    /// still unwritten afterwards are handed to the retry queue. Says whether the final
+    /// flush stored everything; idempotent (a buffer already closed says true).
+    pub async fn close(&self) -> bool {
         let (done_tx, done_rx) = oneshot::channel();
-        if self.tx.send(Command::Close(done_tx)).is_ok() {
-            // An error means the task already finished its final flush.
-            let _ = done_rx.await;
+        if self.tx.send(Command::Close(done_tx)).is_err() {
+            // The task already finished its final flush.
+            return true;
         }
+        done_rx.await.unwrap_or(true)
     }
 }
 
@@ -335,11 +337,8 @@ impl BufferTask {
                     }
                 }
                 let stored = self.final_flush().await;
-                for done in waiting {
+                for done in waiting.into_iter().chain(done) {
                     let _ = done.send(stored);
-                }
-                if let Some(done) = done {
-                    let _ = done.send(());
                 }
                 return;
             }

@@ -586,6 +586,7 @@ async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: boo
     responses(
         (status = 200, description = "The thread's state values once the run has ended", body = StateValues),
         (status = 404, description = "No such run in a thread of the caller's", body = ErrorBody),
+        (status = 503, description = "The run has not ended within its timeout and one lease: its final writes wait for the store", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("runs:read"))))]
 pub async fn join(
@@ -594,11 +595,10 @@ pub async fn join(
     Path(RunPath { thread_id, run_id }): Path<RunPath>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
-    if let Some(active) = state.active.get(&run_id) {
-        let mut done = active.done.clone();
-        let _ = done.wait_for(|ended| *ended).await;
-    } else {
-        stream::wait_for_end(&state, &thread_id, &run_id).await;
+    if !stream::wait_for_end_bounded(&state, &thread_id, &run_id).await {
+        return Err(ApiError::Unavailable(format!(
+            "Run {run_id} has not ended: its final writes are waiting for the store"
+        )));
     }
     let values = state
         .store

@@ -21,6 +21,7 @@ mod langgraph;
 mod lifecycle;
 mod limits;
 mod metrics;
+mod outage;
 mod resume;
 mod storage;
 mod tasks;

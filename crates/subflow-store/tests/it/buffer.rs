@@ -297,7 +297,11 @@ async fn flush_stores_what_was_recorded_before_it_and_says_whether_it_did() {
     h.buffer.record_task_event(&running("call_a", 1)).unwrap();
     assert!(!h.buffer.flush().await, "the store is down");
     assert!(h.store.run_events().await.is_empty());
-    assert_eq!(h.counters.pending(BufferKind::Subagent), 1, "kept for the next flush");
+    assert_eq!(
+        h.counters.pending(BufferKind::Subagent),
+        1,
+        "kept for the next flush"
+    );
     h.store.heal();
     h.buffer.record_task_event(&running("call_a", 2)).unwrap();
     assert!(h.buffer.flush().await);
