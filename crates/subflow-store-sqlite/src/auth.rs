@@ -1,7 +1,7 @@
 //! Users and tokens (SPEC §13) on SQLite, with the semantics of `MemoryStore`.
 
 use async_trait::async_trait;
-use rusqlite::{OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{OptionalExtension, Row, params};
 use subflow_store::auth::{new_auth_id, validate_new_token, validate_user_name};
 use subflow_store::{
     AuthStore, Error, NewToken, Result, TokenOwner, TokenRecord, User, codec, now_rfc3339,
@@ -107,9 +107,7 @@ impl AuthStore for SqliteStore {
         let row = record.clone();
         let digest = token.digest;
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             let user_exists = tx
                 .prepare_cached("SELECT 1 FROM users WHERE id = ?")
                 .db()?

@@ -11,7 +11,7 @@ mod activity;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use subflow_contracts::{BatchItemStatus, BatchStatus};
 use subflow_store::batches::machine::{self, Now};
 use subflow_store::batches::{
@@ -356,9 +356,7 @@ impl SqliteStore {
         let clock = self.inner.clock.clone();
         self.write(move |conn| {
             let now = clock.now();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             let Some(mut batch) = load_batch(&tx, &lease.batch_id)? else {
                 return Ok(missing);
             };
@@ -389,9 +387,7 @@ impl SqliteStore {
         let clock = self.inner.clock.clone();
         self.write(move |conn| {
             let now = clock.now();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             let mut batch = scoped_batch(&tx, &scope, &batch_id)?;
             let before = batch.clone();
             let (answer, items) = change(&tx, batch.as_mut(), &now)?;
@@ -418,9 +414,7 @@ impl BatchStore for SqliteStore {
         let (user_id, key) = (batch.user_id.clone(), batch.submission_key.clone());
         let (record, items) = batch.into_records(&now.stamp);
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             if let Some(existing) = submitted(&tx, &user_id, &key)? {
                 return Ok(Submitted {
                     batch: existing,
@@ -633,9 +627,7 @@ impl BatchStore for SqliteStore {
         let clock = self.inner.clock.clone();
         self.write(move |conn| {
             let now = clock.now();
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             let pass = claim_pass(&tx, &request, &now)?;
             tx.commit().db()?;
             Ok(pass)

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Connection, Row, TransactionBehavior, params, params_from_iter};
+use rusqlite::{Connection, Row, params, params_from_iter};
 use serde_json::Value;
 use subflow_store::delta::{ChainRow, Latest, decode_rows};
 use subflow_store::{Checkpoint, CheckpointStore, NewCheckpoint, Result, codec};
@@ -95,9 +95,7 @@ impl CheckpointStore for SqliteStore {
         let row = stored.clone();
         let hashes = self
             .write(move |conn| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .db()?;
+                let tx = conn.savepoint().db()?;
                 let latest = {
                     let mut statement = tx
                         .prepare_cached(
@@ -220,9 +218,7 @@ impl CheckpointStore for SqliteStore {
         let deltas = self.inner.deltas.clone();
         let deleted = self
             .write(move |conn| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .db()?;
+                let tx = conn.savepoint().db()?;
                 // Deltas of other runs whose base goes become keyframes first, with the
                 // values they decode to now.
                 let orphans = query_all(

@@ -3,9 +3,7 @@
 
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{
-    CachedStatement, OptionalExtension, Row, TransactionBehavior, params, params_from_iter,
-};
+use rusqlite::{CachedStatement, OptionalExtension, Row, params, params_from_iter};
 use subflow_contracts::{NewEvent, RunEvent};
 use subflow_store::{
     AppendOutcome, Error, EventQuery, EventStore, Result, TaskSummary, codec, validate_batch,
@@ -105,9 +103,7 @@ impl EventStore for SqliteStore {
         let rows: Vec<EventRow> = batch.iter().map(EventRow::new).collect();
         let written = self
             .write(move |conn| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .db()?;
+                let tx = conn.savepoint().db()?;
                 let last: i64 = tx
                     .prepare_cached("SELECT last_seq FROM thread_seq WHERE thread_id = ?")
                     .db()?
@@ -196,9 +192,7 @@ impl SqliteStore {
     pub async fn insert_rows_unchecked(&self, rows: &[NewEvent], first_seq: i64) -> Result<()> {
         let rows: Vec<EventRow> = rows.iter().map(EventRow::new).collect();
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             {
                 let mut insert = tx.prepare_cached(INSERT_EVENT).db()?;
                 for (seq, row) in (first_seq..).zip(&rows) {

@@ -1,9 +1,13 @@
 //! The SQLite backend of the subflow store: one database file in WAL mode, written
-//! through a single rusqlite writer connection whose transactions begin with
-//! `BEGIN IMMEDIATE`, read through a small pool of read-only connections, with the
-//! migrations embedded in the binary and tracked by `PRAGMA user_version`.
+//! through a single rusqlite writer connection owned by a writer thread, read through a
+//! small pool of read-only connections, with the migrations embedded in the binary and
+//! tracked by `PRAGMA user_version`.
 //!
-//! Every call runs its SQL off the async scheduler in one hop (`block_in_place` on a
+//! Writes are group-committed: the writer thread takes every write waiting for it (up to
+//! [`MAX_GROUP`]) into one `BEGIN IMMEDIATE` transaction, each write in a savepoint of its
+//! own, so a write that fails rolls back alone and many concurrent runs cost one commit
+//! instead of one each. A caller hears of its write only once the group committed.
+//! Reads run their SQL off the async scheduler in one hop (`block_in_place` on a
 //! multi-threaded runtime, the blocking pool otherwise), not one per statement or row.
 //! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`,
 //! `batches`);
@@ -21,10 +25,12 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags, Row, TransactionBehavior};
+use std::sync::mpsc;
 use subflow_store::batches::{Clock, SharedClock};
 use subflow_store::{Error, Result};
 use tokio::runtime::{Handle, RuntimeFlavor};
 use tokio::sync::Semaphore;
+use tokio::sync::oneshot;
 use tokio::task::{block_in_place, spawn_blocking};
 
 mod auth;
@@ -55,6 +61,9 @@ const WRITER_CACHE_KIB: i64 = 2 * 1024;
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 64;
 
+/// The most writes one transaction of the writer thread commits together.
+const MAX_GROUP: usize = 64;
+
 /// The SQLite store. Clones share the connections.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -63,8 +72,10 @@ pub struct SqliteStore {
 
 #[derive(Debug)]
 struct Inner {
-    /// The one writer; `None` once closed.
-    writer: Mutex<Option<Connection>>,
+    /// The writer thread's queue; `None` once closed.
+    writer: Mutex<Option<mpsc::Sender<Box<dyn WriteJob>>>>,
+    /// The writer thread, joined when the store closes.
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// Read-only connections; `None` for an in-memory database, read through the writer.
     readers: Option<Arc<Readers>>,
     /// Announces stream appends and cancel requests to listeners in this process.
@@ -79,6 +90,128 @@ struct Inner {
 /// already rolled back its transaction while unwinding, so the data is sound.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A write waiting for the writer thread.
+trait WriteJob: Send {
+    /// Runs the write on the writer connection inside the group's transaction: whether
+    /// it succeeded, and how to answer its caller once the group's fate is known (none
+    /// when it panicked: its caller hears that the writer dropped it).
+    fn run(self: Box<Self>, conn: &mut Connection) -> (bool, Option<Reply>);
+    /// Answers the caller with an error without running the write.
+    fn refuse(self: Box<Self>, message: String);
+}
+
+/// Answers a write's caller: `Ok` when its group committed, else why it did not.
+type Reply = Box<dyn FnOnce(std::result::Result<(), String>) + Send>;
+
+/// A write and the channel its result goes back on.
+struct Pending<T, F> {
+    work: F,
+    reply: oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> WriteJob for Pending<T, F>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+{
+    fn run(self: Box<Self>, conn: &mut Connection) -> (bool, Option<Reply>) {
+        let Pending { work, reply } = *self;
+        let result = work(conn);
+        let succeeded = result.is_ok();
+        let answer: Reply = Box::new(move |committed| {
+            let answer = match committed {
+                Ok(()) => result,
+                Err(message) => result.and(Err(backend_message(message))),
+            };
+            let _ = reply.send(answer);
+        });
+        (succeeded, Some(answer))
+    }
+
+    fn refuse(self: Box<Self>, message: String) {
+        let _ = self.reply.send(Err(backend_message(message)));
+    }
+}
+
+/// The writer thread: takes every write waiting (up to [`MAX_GROUP`]) and commits them
+/// together, until the store closes; then closes the connection.
+fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
+    while let Ok(first) = jobs.recv() {
+        let mut group = vec![first];
+        while group.len() < MAX_GROUP {
+            match jobs.try_recv() {
+                Ok(job) => group.push(job),
+                Err(_) => break,
+            }
+        }
+        write_group(&mut conn, group);
+    }
+    if let Err((_, error)) = conn.close() {
+        tracing::warn!(%error, "closing the SQLite writer failed");
+    }
+}
+
+/// One transaction over `group`, each write in its own savepoint: a write that fails
+/// (or panics) is rolled back alone. If SQLite rolls the whole transaction back (a full
+/// disk, an I/O error) or the commit fails, every write of the group is answered with
+/// that error, and none of them is in the database.
+fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
+    if !conn.is_autocommit() {
+        let _ = conn.execute_batch("ROLLBACK");
+    }
+    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+        let message = format!("beginning a write failed: {error}");
+        group
+            .into_iter()
+            .for_each(|job| job.refuse(message.clone()));
+        return;
+    }
+    let mut replies = Vec::with_capacity(group.len());
+    let mut jobs = group.into_iter();
+    let mut aborted = None;
+    for job in jobs.by_ref() {
+        if let Err(error) = conn.execute_batch("SAVEPOINT write_job") {
+            job.refuse(format!("a write could not start: {error}"));
+            aborted = Some(format!("the write transaction failed: {error}"));
+            break;
+        }
+        let (succeeded, reply) =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(conn)))
+                .unwrap_or((false, None));
+        if conn.is_autocommit() {
+            aborted = Some("SQLite rolled the write transaction back".to_owned());
+            replies.extend(reply);
+            break;
+        }
+        let end = if succeeded {
+            "RELEASE write_job"
+        } else {
+            "ROLLBACK TO write_job; RELEASE write_job"
+        };
+        if let Err(error) = conn.execute_batch(end) {
+            aborted = Some(format!("the write transaction failed: {error}"));
+            replies.extend(reply);
+            break;
+        }
+        replies.extend(reply);
+    }
+    let committed = match aborted {
+        Some(message) => Err(message),
+        None => conn
+            .execute_batch("COMMIT")
+            .map_err(|error| format!("committing writes failed: {error}")),
+    };
+    if let Err(message) = &committed {
+        if !conn.is_autocommit() {
+            let _ = conn.execute_batch("ROLLBACK");
+        }
+        jobs.for_each(|job| job.refuse(message.clone()));
+    }
+    for reply in replies {
+        reply(committed.clone());
+    }
 }
 
 /// A small pool of read-only connections, opened on demand up to `max_connections`.
@@ -251,9 +384,15 @@ impl SqliteStore {
                     Some(Arc::new(readers))
                 }
             };
+            let (jobs, queue) = mpsc::channel();
+            let thread = std::thread::Builder::new()
+                .name("sqlite-writer".to_owned())
+                .spawn(move || run_writer(writer, queue))
+                .map_err(Error::backend)?;
             Ok(SqliteStore {
                 inner: Arc::new(Inner {
-                    writer: Mutex::new(Some(writer)),
+                    writer: Mutex::new(Some(jobs)),
+                    writer_thread: Mutex::new(Some(thread)),
                     readers,
                     notices: Default::default(),
                     clock,
@@ -275,11 +414,13 @@ impl SqliteStore {
                 readers.permits.close();
                 lock(&readers.idle).clear();
             }
-            let writer = lock(&inner.writer).take();
-            if let Some(writer) = writer
-                && let Err((_, error)) = writer.close()
+            // The writer thread finishes the writes already queued, then closes.
+            drop(lock(&inner.writer).take());
+            let thread = lock(&inner.writer_thread).take();
+            if let Some(thread) = thread
+                && thread.join().is_err()
             {
-                tracing::warn!(%error, "closing the SQLite writer failed");
+                tracing::warn!("the SQLite writer thread panicked");
             }
         });
         if let Err(error) = closing.await {
@@ -287,24 +428,22 @@ impl SqliteStore {
         }
     }
 
-    /// Runs `work` on the writer connection, on the blocking pool.
+    /// Runs `work` on the writer thread, inside a transaction it may share with other
+    /// writes (its own changes atomic through a savepoint; `Connection::savepoint` nests
+    /// inside it), and answers once that transaction committed.
     async fn write<T, F>(&self, work: F) -> Result<T>
     where
         F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
         T: Send + 'static,
     {
-        let inner = self.inner.clone();
-        let run = move || {
-            // A panic in an earlier call poisons the lock; its transaction was rolled
-            // back when the panic unwound, so the connection is still sound.
-            let mut writer = lock(&inner.writer);
-            let conn = writer.as_mut().ok_or_else(closed)?;
-            if !conn.is_autocommit() {
-                conn.execute_batch("ROLLBACK").db()?;
-            }
-            work(conn)
-        };
-        blocking(run).await
+        let (reply, answer) = oneshot::channel();
+        let queue = lock(&self.inner.writer).clone().ok_or_else(closed)?;
+        queue
+            .send(Box::new(Pending { work, reply }))
+            .map_err(|_| closed())?;
+        answer
+            .await
+            .unwrap_or_else(|_| Err(backend_message("a SQLite call panicked".to_owned())))
     }
 
     /// Runs `work` on a read-only connection (the writer for an in-memory database).
@@ -434,7 +573,10 @@ mod tests {
         let store = SqliteStore::open("sqlite::memory:", 1).await.unwrap();
         let result: Result<()> = store
             .write(|conn| {
-                conn.execute_batch("BEGIN IMMEDIATE").db()?;
+                conn.execute_batch(
+                    "CREATE TABLE half_done (x INTEGER); INSERT INTO half_done VALUES (1)",
+                )
+                .db()?;
                 panic!("boom")
             })
             .await;
@@ -448,5 +590,61 @@ mod tests {
             Default::default(),
         );
         assert_eq!(store.append(&[event]).await.unwrap().written, 1);
+        let half_done: Result<i64> = store
+            .read(|conn| {
+                conn.query_row("SELECT COUNT(*) FROM half_done", [], |row| row.get(0))
+                    .db()
+            })
+            .await;
+        assert!(half_done.is_err(), "the panicked write was rolled back");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_commit_together_and_a_failing_one_rolls_back_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}", dir.path().join("w.db").display());
+        let store = SqliteStore::open(&url, 2).await.unwrap();
+        store
+            .write(|conn| conn.execute_batch("CREATE TABLE w (x INTEGER)").db())
+            .await
+            .unwrap();
+        let writes: Vec<_> = (0..40_i64)
+            .map(|x| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    store
+                        .write(move |conn| {
+                            let tx = conn.savepoint().db()?;
+                            tx.execute("INSERT INTO w VALUES (?)", [x]).db()?;
+                            match x {
+                                7 => return Err(backend_message("refused".to_owned())),
+                                13 => panic!("boom"),
+                                _ => {}
+                            }
+                            tx.commit().db()
+                        })
+                        .await
+                })
+            })
+            .collect();
+        let mut results = Vec::new();
+        for write in writes {
+            results.push(write.await.unwrap());
+        }
+        for (x, result) in results.iter().enumerate() {
+            assert_eq!(result.is_ok(), x != 7 && x != 13, "write {x}: {result:?}");
+        }
+        let stored: Vec<i64> = store
+            .read(|conn| {
+                let mut statement = conn.prepare("SELECT x FROM w ORDER BY x").db()?;
+                let rows = statement.query_map([], |row| row.get(0)).db()?;
+                rows.collect::<rusqlite::Result<Vec<i64>>>().db()
+            })
+            .await
+            .unwrap();
+        let expected: Vec<i64> = (0..40).filter(|x| *x != 7 && *x != 13).collect();
+        assert_eq!(stored, expected);
+        store.close().await;
+        assert!(store.write(|_| Ok(())).await.is_err(), "closed");
     }
 }

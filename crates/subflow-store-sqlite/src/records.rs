@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Row, TransactionBehavior, params, params_from_iter};
+use rusqlite::{Row, params, params_from_iter};
 use subflow_contracts::{RunStatus, ThreadId, ThreadStatus};
 use subflow_store::{
     Error, NewRun, NewThread, RecordStore, Result, RunRecord, RunStatusUpdate, RunUsage,
@@ -147,9 +147,7 @@ impl RecordStore for SqliteStore {
         let thread_id = thread_id.to_owned();
         let deltas = self.inner.deltas.clone();
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             for sql in [
                 "DELETE FROM run_events WHERE thread_id = ?",
                 "DELETE FROM thread_seq WHERE thread_id = ?",
@@ -319,9 +317,7 @@ impl RecordStore for SqliteStore {
     async fn delete_run(&self, thread_id: &str, run_id: &str) -> Result<bool> {
         let (thread_id, run_id) = (thread_id.to_owned(), run_id.to_owned());
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             tx.execute(
                 "DELETE FROM run_events WHERE thread_id = ? AND run_id = ?",
                 [&thread_id, &run_id],

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{OptionalExtension, Transaction, TransactionBehavior, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use subflow_contracts::RunStatus;
 use subflow_store::streams::{epoch_millis, millis, validate_frame_page};
 use subflow_store::{
@@ -20,7 +20,7 @@ const INSERT_FRAME: &str =
     "INSERT INTO stream_frames (run_id, id, event, data) VALUES (?, ?, ?, ?)";
 
 /// Creates the run's log row when missing; returns its `(last_id, ended)`.
-fn open_log(tx: &Transaction<'_>, run_id: &str, thread_id: &str) -> Result<(i64, bool)> {
+fn open_log(tx: &Connection, run_id: &str, thread_id: &str) -> Result<(i64, bool)> {
     tx.prepare_cached(
         "INSERT INTO run_streams (run_id, thread_id) VALUES (?, ?) ON CONFLICT (run_id) DO NOTHING",
     )
@@ -34,7 +34,7 @@ fn open_log(tx: &Transaction<'_>, run_id: &str, thread_id: &str) -> Result<(i64,
 }
 
 /// Moves the log's end to `last_id`, ending it when `ends`.
-fn advance_log(tx: &Transaction<'_>, run_id: &str, last_id: i64, ends: bool) -> Result<()> {
+fn advance_log(tx: &Connection, run_id: &str, last_id: i64, ends: bool) -> Result<()> {
     tx.prepare_cached(
         "UPDATE run_streams SET last_id = ?, ended_at = CASE WHEN ? THEN ? ELSE ended_at END \
          WHERE run_id = ?",
@@ -46,7 +46,7 @@ fn advance_log(tx: &Transaction<'_>, run_id: &str, last_id: i64, ends: bool) -> 
 }
 
 /// The run's thread and status.
-fn run_state(tx: &Transaction<'_>, run_id: &str) -> Result<Option<(String, RunStatus)>> {
+fn run_state(tx: &Connection, run_id: &str) -> Result<Option<(String, RunStatus)>> {
     let row: Option<(String, String)> = tx
         .prepare_cached("SELECT thread_id, status FROM runs WHERE run_id = ?")
         .db()?
@@ -57,7 +57,7 @@ fn run_state(tx: &Transaction<'_>, run_id: &str) -> Result<Option<(String, RunSt
         .transpose()
 }
 
-fn forget_lease(tx: &Transaction<'_>, run_id: &str) -> Result<()> {
+fn forget_lease(tx: &Connection, run_id: &str) -> Result<()> {
     for sql in [
         "DELETE FROM run_leases WHERE run_id = ?",
         "DELETE FROM run_cancel_requests WHERE run_id = ?",
@@ -75,9 +75,7 @@ impl StreamStore for SqliteStore {
         let (written, announce) = self
             .write(move |conn| {
                 let batch = owned;
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .db()?;
+                let tx = conn.savepoint().db()?;
                 let exists = tx
                     .prepare_cached("SELECT 1 FROM runs WHERE run_id = ? AND thread_id = ?")
                     .db()?
@@ -175,9 +173,7 @@ impl StreamStore for SqliteStore {
     async fn prune_streams(&self, retention: Duration) -> Result<u64> {
         let cutoff = epoch_millis().saturating_sub(millis(retention));
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             tx.execute(
                 "DELETE FROM stream_frames WHERE run_id IN (SELECT run_id FROM run_streams \
                  WHERE pruned = 0 AND ended_at <= ?)",
@@ -199,9 +195,7 @@ impl StreamStore for SqliteStore {
     async fn acquire_run_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<bool> {
         let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             if run_state(&tx, &run_id)?.is_none() {
                 return Err(Error::RunNotFound(run_id));
             }
@@ -241,9 +235,7 @@ impl StreamStore for SqliteStore {
     async fn release_run_lease(&self, run_id: &str, owner: &str) -> Result<bool> {
         let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             let released = tx
                 .prepare_cached("DELETE FROM run_leases WHERE run_id = ? AND owner = ?")
                 .db()?
@@ -301,9 +293,7 @@ impl StreamStore for SqliteStore {
         let recovered = self
             .write(move |conn| {
                 let run_id = owned;
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .db()?;
+                let tx = conn.savepoint().db()?;
                 let Some((thread_id, status)) = run_state(&tx, &run_id)? else {
                     return Ok(None);
                 };
@@ -380,9 +370,7 @@ impl StreamStore for SqliteStore {
         let owned = run_id.to_owned();
         let stored = self
             .write(move |conn| {
-                let tx = conn
-                    .transaction_with_behavior(TransactionBehavior::Immediate)
-                    .db()?;
+                let tx = conn.savepoint().db()?;
                 if !run_state(&tx, &owned)?.is_some_and(|(_, status)| status.is_active()) {
                     return Ok(false);
                 }
@@ -408,9 +396,7 @@ impl StreamStore for SqliteStore {
     async fn take_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<String>> {
         let run_ids = run_ids.to_vec();
         self.write(move |conn| {
-            let tx = conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .db()?;
+            let tx = conn.savepoint().db()?;
             let mut taken = Vec::new();
             {
                 let mut delete = tx

@@ -11,7 +11,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
@@ -161,6 +161,9 @@ pub struct EventBuffer {
     tx: mpsc::UnboundedSender<Command>,
     retry: RetryQueue,
     counters: Arc<StoreCounters>,
+    /// Records recorded here and not yet stored, so a flush with nothing to store
+    /// answers at once.
+    unstored: Arc<AtomicUsize>,
 }
 
 impl EventBuffer {
@@ -174,6 +177,7 @@ impl EventBuffer {
     ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         let kind = policy.kind;
+        let unstored = Arc::new(AtomicUsize::new(0));
         let worker = BufferTask {
             store,
             policy,
@@ -181,6 +185,7 @@ impl EventBuffer {
             deadline: None,
             retry: retry.clone(),
             counters: counters.clone(),
+            unstored: unstored.clone(),
         };
         let _detached: JoinHandle<()> = tokio::spawn(worker.run(rx));
         EventBuffer {
@@ -189,6 +194,7 @@ impl EventBuffer {
             tx,
             retry,
             counters,
+            unstored,
         }
     }
 
@@ -223,9 +229,11 @@ impl EventBuffer {
     pub fn record_event(&self, event: NewEvent) -> Result<()> {
         validate_batch(std::slice::from_ref(&event))?;
         self.counters.add_pending(self.kind, 1);
+        self.unstored.fetch_add(1, Ordering::SeqCst);
         if let Err(mpsc::error::SendError(Command::Add(event))) = self.tx.send(Command::Add(event))
         {
             // The buffer already closed: the record goes straight to the retry queue.
+            self.unstored.fetch_sub(1, Ordering::SeqCst);
             self.retry.push(self.kind, vec![event]);
         }
         Ok(())
@@ -256,6 +264,9 @@ impl EventBuffer {
     /// that already closed holds nothing: its final flush ran, and what it could not
     /// write went to the retry queue.
     pub async fn flush(&self) -> bool {
+        if self.unstored.load(Ordering::SeqCst) == 0 {
+            return true;
+        }
         let (done_tx, done_rx) = oneshot::channel();
         if self.tx.send(Command::Flush(done_tx)).is_err() {
             return true;
@@ -284,6 +295,7 @@ struct BufferTask {
     deadline: Option<Instant>,
     retry: RetryQueue,
     counters: Arc<StoreCounters>,
+    unstored: Arc<AtomicUsize>,
 }
 
 impl BufferTask {
@@ -371,6 +383,8 @@ impl BufferTask {
                 self.counters.flushes[kind.index()].fetch_add(1, Ordering::Relaxed);
                 self.counters
                     .add_pending(kind, -(self.pending.len() as i64));
+                self.unstored
+                    .fetch_sub(self.pending.len(), Ordering::SeqCst);
                 self.pending.clear();
                 self.deadline = None;
                 true
@@ -404,6 +418,7 @@ impl BufferTask {
         let kind = self.policy.kind;
         let records = std::mem::take(&mut self.pending);
         self.counters.add_pending(kind, -(records.len() as i64));
+        self.unstored.fetch_sub(records.len(), Ordering::SeqCst);
         self.retry.push(kind, records);
         false
     }

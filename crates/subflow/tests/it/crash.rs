@@ -11,12 +11,12 @@ use std::collections::HashMap;
 use std::process::Child;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use subflow_contracts::RunEvent;
 use subflow_contracts::task_events::map_task_event;
 use subflow_store_postgres::testing::TestDb;
 
-use crate::recovery::{client, events, get, kill_hard, serve, write_config};
+use crate::recovery::{client, events, get, kill_hard, post_demo_run, serve, write_config};
 
 /// Kills on SQLite, each followed by a restart.
 const SQLITE_KILLS: usize = 20;
@@ -114,13 +114,7 @@ async fn stream_and_kill(
     kill_after: u64,
     process: Serve,
 ) -> (String, Vec<Frame>) {
-    let mut response = client()
-        .post(format!("{api}/threads/{thread}/runs/stream"))
-        .json(&json!({"input": {"messages": [{"role": "user", "content": "Compare three storage engines"}]},
-                      "stream_mode": ["messages-tuple", "updates", "custom"]}))
-        .send()
-        .await
-        .unwrap();
+    let mut response = post_demo_run(api, thread, "runs/stream").await;
     assert_eq!(response.status(), 200);
     let (mut buffer, mut frames) = (String::new(), Vec::new());
     let mut process = Some(process);

@@ -58,16 +58,22 @@ pub(crate) async fn events(api: &str, thread: &str, run: &str) -> Vec<RunEvent> 
     serde_json::from_value(page).unwrap()
 }
 
-/// Starts the demo plan in the background; returns the run id once its tasks are under
-/// way (a `subagent.step` is persisted).
-async fn start_demo_run(api: &str, thread: &str) -> String {
-    let response = client()
-        .post(format!("{api}/threads/{thread}/runs"))
+/// Posts the demo plan to `route` (`runs` or `runs/stream`) of `thread`, streaming what
+/// DeerFlow's client streams.
+pub(crate) async fn post_demo_run(api: &str, thread: &str, route: &str) -> reqwest::Response {
+    client()
+        .post(format!("{api}/threads/{thread}/{route}"))
         .json(&json!({"input": {"messages": [{"role": "user", "content": "Compare three storage engines"}]},
                       "stream_mode": ["messages-tuple", "updates", "custom"]}))
         .send()
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Starts the demo plan in the background; returns the run id once its tasks are under
+/// way (a `subagent.step` is persisted).
+async fn start_demo_run(api: &str, thread: &str) -> String {
+    let response = post_demo_run(api, thread, "runs").await;
     assert_eq!(response.status(), 200);
     let run: Value = response.json().await.unwrap();
     let run_id = run["run_id"].as_str().unwrap().to_owned();
