@@ -441,9 +441,17 @@ impl SqliteStore {
         queue
             .send(Box::new(Pending { work, reply }))
             .map_err(|_| closed())?;
-        answer
+        let dropped = || Err(backend_message("a SQLite call panicked".to_owned()));
+        if Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread {
+            return answer.await.unwrap_or_else(|_| dropped());
+        }
+        // A single-threaded runtime may run on paused time (tests), which jumps ahead
+        // whenever it waits on nothing but another thread: waiting in the blocking pool
+        // keeps it where it is while SQLite works, as any blocking call does.
+        spawn_blocking(move || answer.blocking_recv())
             .await
-            .unwrap_or_else(|_| Err(backend_message("a SQLite call panicked".to_owned())))
+            .map_err(Error::backend)?
+            .unwrap_or_else(|_| dropped())
     }
 
     /// Runs `work` on a read-only connection (the writer for an in-memory database).
