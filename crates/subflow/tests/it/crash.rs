@@ -8,7 +8,6 @@
 //!   then `error` + `end`: never an empty stream, never a bare `end`.
 
 use std::collections::HashMap;
-use std::process::Child;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::Value;
@@ -16,7 +15,7 @@ use subflow_contracts::RunEvent;
 use subflow_contracts::task_events::map_task_event;
 use subflow_store_postgres::testing::TestDb;
 
-use crate::recovery::{client, events, get, kill_hard, post_demo_run, serve, write_config};
+use crate::recovery::{Serve, client, events, get, post_demo_run, write_config};
 
 /// Kills on SQLite, each followed by a restart.
 const SQLITE_KILLS: usize = 20;
@@ -26,31 +25,6 @@ const POSTGRES_KILLS: usize = 10;
 const PATIENCE: Duration = Duration::from_secs(60);
 /// The stream modes of the run and of every resume.
 const MODES: &str = "stream_mode=messages-tuple&stream_mode=updates&stream_mode=custom";
-
-/// A `serve` process, killed with `kill -9` when dropped, so a failing check leaves no
-/// process behind.
-struct Serve(Option<Child>);
-
-impl Serve {
-    fn start(dir: &std::path::Path) -> (Self, String) {
-        let (child, api) = serve(dir);
-        (Serve(Some(child)), api)
-    }
-
-    fn kill(mut self) {
-        if let Some(child) = self.0.take() {
-            kill_hard(child);
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        if let Some(child) = self.0.take() {
-            kill_hard(child);
-        }
-    }
-}
 
 /// One SSE frame as the client received it.
 #[derive(Debug, Clone, PartialEq)]

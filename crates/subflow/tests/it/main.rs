@@ -8,6 +8,7 @@ mod client;
 mod config;
 mod connections;
 mod crash;
+mod full_disk;
 mod memory;
 mod recovery;
 mod sdk;

@@ -70,9 +70,34 @@ pub(crate) async fn post_demo_run(api: &str, thread: &str, route: &str) -> reqwe
         .unwrap()
 }
 
+/// A `serve` process, killed with `kill -9` when dropped, so a failing check leaves no
+/// process behind.
+pub(crate) struct Serve(Option<Child>);
+
+impl Serve {
+    pub(crate) fn start(dir: &std::path::Path) -> (Self, String) {
+        let (child, api) = serve(dir);
+        (Serve(Some(child)), api)
+    }
+
+    pub(crate) fn kill(mut self) {
+        if let Some(child) = self.0.take() {
+            kill_hard(child);
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        if let Some(child) = self.0.take() {
+            kill_hard(child);
+        }
+    }
+}
+
 /// Starts the demo plan in the background; returns the run id once its tasks are under
 /// way (a `subagent.step` is persisted).
-async fn start_demo_run(api: &str, thread: &str) -> String {
+pub(crate) async fn start_demo_run(api: &str, thread: &str) -> String {
     let response = post_demo_run(api, thread, "runs").await;
     assert_eq!(response.status(), 200);
     let run: Value = response.json().await.unwrap();

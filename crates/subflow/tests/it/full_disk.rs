@@ -1,0 +1,115 @@
+//! A real full disk: `subflow serve` keeps its SQLite database on an 8 MiB tmpfs, and a
+//! file fills the rest of it mid-run. Cancel and a multitask interrupt answer while no
+//! write can land; once the file is removed the run ends `error` with
+//! `store_unavailable` without a restart, its messages are kept, and the thread takes
+//! new runs. Mounting needs root (CI and the development machines run as root); without
+//! it the test says so and checks nothing.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::recovery::{Serve, client, get, start_demo_run, write_config};
+
+/// Bounds every wait, so a stuck run fails the test instead of hanging it.
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A small tmpfs, unmounted when dropped.
+struct SmallDisk {
+    dir: tempfile::TempDir,
+}
+
+impl SmallDisk {
+    fn mount() -> Option<SmallDisk> {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|status| status.success());
+        mounted.then_some(SmallDisk { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// Writes a file until the disk is full; returns its path.
+    fn fill(&self) -> PathBuf {
+        let path = self.path().join("filler");
+        let mut file = std::fs::File::create(&path).unwrap();
+        let chunk = vec![0u8; 64 * 1024];
+        while file.write_all(&chunk).is_ok() {}
+        let _ = file.sync_all();
+        path
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+async fn post(path: &str, body: &Value) -> (u16, Value) {
+    let response = tokio::time::timeout(PATIENCE, client().post(path).json(body).send())
+        .await
+        .unwrap_or_else(|_| panic!("POST {path} answers"))
+        .unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_mid_run_ends_the_run_error_once_space_is_freed_and_the_thread_runs_again() {
+    let Some(disk) = SmallDisk::mount() else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    write_config(disk.path(), None);
+    let (process, api) = Serve::start(disk.path());
+    let run = start_demo_run(&api, "t-full").await;
+    let filler = disk.fill();
+
+    let (status, _) = post(
+        &format!("{api}/threads/t-full/runs/{run}/cancel?wait=true"),
+        &json!({}),
+    )
+    .await;
+    assert_eq!(status, 202, "cancel answers on a full disk");
+    let interrupting = json!({"input": {"messages": [{"role": "user", "content": "again"}]},
+                              "multitask_strategy": "interrupt"});
+    let (status, body) = post(&format!("{api}/threads/t-full/runs"), &interrupting).await;
+    assert_eq!(status, 503, "a new run cannot be stored: {body}");
+
+    std::fs::remove_file(filler).unwrap();
+    let ended = async {
+        loop {
+            let record = get(&api, &format!("/threads/t-full/runs/{run}")).await;
+            if !matches!(record["status"].as_str(), Some("running" | "pending")) {
+                return record;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let record = tokio::time::timeout(PATIENCE, ended)
+        .await
+        .expect("the run ends once there is space again, without a restart");
+    assert_eq!(record["status"], "error", "{record}");
+    assert_eq!(record["stop_reason"], "store_unavailable", "{record}");
+
+    let joined = get(&api, &format!("/threads/t-full/runs/{run}/join")).await;
+    let messages = joined["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"], "Compare three storage engines");
+    assert!(messages.len() > 1, "the run's messages are kept: {joined}");
+
+    let again = json!({"input": {"messages": [{"role": "user", "content": "hello"}]}});
+    let (status, values) = post(&format!("{api}/threads/t-full/runs/wait"), &again).await;
+    assert_eq!(status, 200, "{values}");
+    let after = get(&api, "/threads/t-full/runs?limit=1").await;
+    assert_eq!(after[0]["status"], "success", "{after}");
+    process.kill();
+}
