@@ -31,7 +31,8 @@ pub struct ScriptedConfig {
     pub model: String,
     /// A TOML or JSON script; `None` uses the built-in behaviour only.
     pub script: Option<PathBuf>,
-    /// Pause between streamed pieces of built-in answers, in milliseconds.
+    /// Pause before the first and between streamed pieces of built-in answers, in
+    /// milliseconds: a subagent's tool steps come one pause apart, as a model's would.
     pub demo_delay_ms: u64,
 }
 
@@ -164,7 +165,7 @@ impl Answer {
             calls,
             usage,
             finish_reason: None,
-            delay_before: Duration::ZERO,
+            delay_before: delay,
             delay_between: delay,
         }
     }

@@ -397,7 +397,7 @@ async fn without_the_task_tool_the_demo_lead_answers_directly() {
 // Streaming.
 
 #[tokio::test(start_paused = true)]
-async fn text_streams_in_pieces_of_at_most_16_characters_with_the_demo_delay_between() {
+async fn text_streams_in_pieces_of_at_most_16_characters_with_the_demo_delay_before_and_between() {
     let model = ScriptedModel::new(ScriptedConfig {
         demo_delay_ms: 25,
         ..ScriptedConfig::default()
@@ -419,7 +419,8 @@ async fn text_streams_in_pieces_of_at_most_16_characters_with_the_demo_delay_bet
     assert_eq!(pieces.concat(), format!("echo: {said}"));
     assert_eq!(
         started.elapsed(),
-        Duration::from_millis(25 * (pieces.len() as u64 - 1))
+        Duration::from_millis(25 * pieces.len() as u64),
+        "one pause before the first piece and one between each two"
     );
     assert!(matches!(all[all.len() - 2], ChatEvent::Usage(_)));
     assert_eq!(
