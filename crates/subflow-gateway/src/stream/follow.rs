@@ -95,7 +95,7 @@ impl RejoinParams {
                 "cancel_on_disconnect" => {
                     params.cancel_on_disconnect = match value {
                         "true" | "True" | "1" => true,
-                        "false" | "False" | "0" | "" => false,
+                        "false" | "False" | "0" => false,
                         other => {
                             return Err(ApiError::Unprocessable(format!(
                                 "cancel_on_disconnect must be true or false, got '{other}'"
@@ -606,6 +606,10 @@ mod tests {
         };
         assert_eq!(detail, "Unsupported stream mode(s): debug");
         assert!(RejoinParams::parse(Some("cancel_on_disconnect=maybe")).is_err());
+        assert!(
+            RejoinParams::parse(Some("cancel_on_disconnect=")).is_err(),
+            "an empty flag is no boolean"
+        );
     }
 
     #[test]
