@@ -98,6 +98,13 @@ pub struct ActiveRun {
     pub done: tokio::sync::watch::Receiver<bool>,
 }
 
+impl ActiveRun {
+    /// Waits until the run has ended (its log stored and its lease released).
+    pub async fn ended(&self) {
+        let _ = self.done.clone().wait_for(|ended| *ended).await;
+    }
+}
+
 impl ActiveRuns {
     fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, ActiveRun>> {
         self.runs.lock().unwrap_or_else(|p| p.into_inner())

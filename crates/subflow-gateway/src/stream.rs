@@ -588,20 +588,18 @@ const STOP_WAIT: Duration = Duration::from_secs(5);
 /// Cancels a run wherever it executes: here through its token, elsewhere through a
 /// stored request its owner acts on. Then waits for it to end, at most [`STOP_WAIT`].
 pub(crate) async fn cancel_and_wait(state: &AppState, thread_id: &str, run_id: &str) {
-    let ended = async {
-        if let Some(active) = state.active.get(run_id) {
-            active.cancel.cancel();
-            let mut done = active.done.clone();
-            let _ = done.wait_for(|ended| *ended).await;
-            return;
-        }
-        match state.store.request_cancel(run_id).await {
-            Ok(true) => wait_for_end(state, thread_id, run_id).await,
-            Ok(false) => {}
-            Err(error) => tracing::error!(%error, run_id, "storing the cancel request failed"),
-        }
-    };
-    if tokio::time::timeout(STOP_WAIT, ended).await.is_err() {
+    match state.active.get(run_id) {
+        Some(active) => active.cancel.cancel(),
+        None => match state.store.request_cancel(run_id).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::error!(%error, run_id, "storing the cancel request failed");
+                return;
+            }
+        },
+    }
+    if !wait_for_end_within(state, thread_id, run_id, STOP_WAIT).await {
         tracing::warn!(
             run_id,
             "the cancelled run has not ended yet; answering anyway"
@@ -609,18 +607,19 @@ pub(crate) async fn cancel_and_wait(state: &AppState, thread_id: &str, run_id: &
     }
 }
 
-/// Waits for a run to end, here or in another process, for at most its timeout and one
-/// lease (after which even a dead owner's run is recovered): false when it still has not
-/// ended, because its final writes wait for the store.
-pub(crate) async fn wait_for_end_bounded(state: &AppState, thread_id: &str, run_id: &str) -> bool {
+/// Waits for a run to end, here or in another process, for at most `limit`: false when
+/// it still has not ended (its final writes wait for the store).
+pub(crate) async fn wait_for_end_within(
+    state: &AppState,
+    thread_id: &str,
+    run_id: &str,
+    limit: Duration,
+) -> bool {
     let ended = async {
-        if let Some(active) = state.active.get(run_id) {
-            let mut done = active.done.clone();
-            let _ = done.wait_for(|ended| *ended).await;
-        } else {
-            wait_for_end(state, thread_id, run_id).await;
+        match state.active.get(run_id) {
+            Some(active) => active.ended().await,
+            None => wait_for_end(state, thread_id, run_id).await,
         }
     };
-    let limit = state.run_timeout + state.streams.config().lease;
     tokio::time::timeout(limit, ended).await.is_ok()
 }

@@ -180,8 +180,15 @@ impl Runtime {
             .observers
             .start(TaskInfo::lead(&spec.run_id, &spec.thread_id, false))
             .await;
-        self.set_status(&run.run_id, RunStatus::Running, None, None)
-            .await;
+        let running = RunStatusUpdate {
+            status: RunStatus::Running,
+            stop_reason: None,
+            error: None,
+        };
+        if let Err(error) = self.store.update_run_status(&run.run_id, &running).await {
+            // The terminal status, written until the store takes it, still ends the run.
+            tracing::error!(%error, run_id = %run.run_id, "marking the run running failed");
+        }
         let _ = self
             .store
             .set_thread_status(&run.thread_id, ThreadStatus::Busy)
@@ -368,29 +375,6 @@ impl Runtime {
             error,
             messages: lead.messages,
             usage,
-        }
-    }
-
-    /// Sets the run's status; true when this write changed it (a terminal status is
-    /// only ever written once).
-    async fn set_status(
-        &self,
-        run_id: &str,
-        status: RunStatus,
-        stop_reason: Option<RunStopReason>,
-        error: Option<String>,
-    ) -> bool {
-        let update = RunStatusUpdate {
-            status,
-            stop_reason,
-            error,
-        };
-        match self.store.update_run_status(run_id, &update).await {
-            Ok(changed) => changed,
-            Err(error) => {
-                tracing::error!(%error, run_id, "updating the run status failed");
-                false
-            }
         }
     }
 

@@ -595,7 +595,9 @@ pub async fn join(
     Path(RunPath { thread_id, run_id }): Path<RunPath>,
 ) -> Result<Json<Value>, ApiError> {
     authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
-    if !stream::wait_for_end_bounded(&state, &thread_id, &run_id).await {
+    // A run ends within its timeout, and a dead owner's run is recovered within a lease.
+    let limit = state.run_timeout + state.streams.config().lease;
+    if !stream::wait_for_end_within(&state, &thread_id, &run_id, limit).await {
         return Err(ApiError::Unavailable(format!(
             "Run {run_id} has not ended: its final writes are waiting for the store"
         )));
