@@ -408,7 +408,9 @@ async fn on_postgres_a_batch_survives_kill_9_of_one_of_two_workers() {
 async fn on_sqlite_serve_killed_mid_batch_and_restarted_finishes_the_batch() {
     let dir = tempfile::tempdir().unwrap();
     let url = format!("sqlite://{}", dir.path().join("subflow.db").display());
-    let config = write_config(dir.path(), 300, &url);
+    // Attempts of 1.5 s, so the kill, made as soon as items are seen running, lands while
+    // they run and not in the moment between one item's end and the next one's start.
+    let config = write_config(dir.path(), 1500, &url);
     let (mut first, address) = serve(dir.path(), &config, &[]);
     let id = submit(&address, 40).await;
     let mid = wait_for(
