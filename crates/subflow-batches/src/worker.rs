@@ -8,6 +8,7 @@
 //! one step of the loop, for tests and benchmarks that drive the worker themselves.
 
 mod attempt;
+mod finisher;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -15,15 +16,17 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use subflow_contracts::BatchItemStatus;
 use subflow_runtime::runtime::Runtime;
 use subflow_store::{BatchStore, ClaimRequest, ClaimedItem, ReleaseReason, WorkerHeartbeat};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use uuid::Uuid;
 
 use crate::metrics::{AttemptEnd, NoMetrics, WorkerMetrics};
 use attempt::{Attempt, StopCause, Stopper};
+use finisher::Finisher;
 
 /// The longest a worker takes to stop (SPEC §12.7).
 pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
@@ -110,6 +113,7 @@ impl Options {
             executions: Arc::new(AtomicUsize::new(0)),
         }));
         let shared = Arc::new(Shared {
+            finisher: Finisher::new(self.store.clone()),
             store: self.store,
             runtime: self.runtime,
             lease: self.lease,
@@ -135,6 +139,8 @@ impl Options {
 #[derive(Debug)]
 pub(crate) struct Shared {
     store: Arc<dyn BatchStore>,
+    /// Where attempts write their outcomes.
+    finisher: Finisher,
     runtime: Runtime,
     lease: Duration,
     renew_every: Duration,
@@ -229,7 +235,8 @@ impl Worker {
     /// Free slots: `subagent_runtime.max_running` minus the local executions.
     fn free_slots(&mut self) -> usize {
         self.local.retain(|_, local| !local.task.is_finished());
-        // The count drops when an attempt's work is done, a moment before its task is.
+        // The count drops when an attempt's execution is done, before its outcome is
+        // written and its task ends.
         self.handle
             .max_running()
             .saturating_sub(self.handle.executions())
@@ -250,11 +257,23 @@ impl Worker {
         if free == 0 {
             return Ok(Step::Full);
         }
+        // Slots free in the admission controller now let the pass start that many
+        // claims running in its own transaction, sparing each a write; the other claims
+        // stay leased and wait for admission.
+        let mut permits: Vec<OwnedSemaphorePermit> = if self.stopping.load(Ordering::SeqCst) {
+            Vec::new()
+        } else {
+            let admission = self.shared.runtime.admission();
+            std::iter::from_fn(|| admission.try_admit())
+                .take(free)
+                .collect()
+        };
         let request = ClaimRequest {
             hostname: self.hostname.clone(),
             worker_id: self.handle.worker_id().to_owned(),
             free_slots: u32::try_from(free).unwrap_or(u32::MAX),
             lease: self.shared.lease,
+            admitted: u32::try_from(permits.len()).unwrap_or(u32::MAX),
         };
         let pass = self.shared.store.claim_pass(&request).await?;
         if pass.expired > 0 {
@@ -262,6 +281,11 @@ impl Worker {
         }
         let (claimed, mut started, mut released) = (pass.claimed.len(), 0, 0);
         for item in pass.claimed {
+            let admitted = if item.item.status == BatchItemStatus::Running {
+                permits.pop()
+            } else {
+                None
+            };
             if self.stopping.load(Ordering::SeqCst) {
                 self.hand_back(item, ReleaseReason::ShutdownBeforeAdmission)
                     .await;
@@ -275,7 +299,7 @@ impl Worker {
                     .await;
                 released += 1;
             } else {
-                self.start(item);
+                self.start(item, admitted);
                 started += 1;
             }
         }
@@ -287,22 +311,24 @@ impl Worker {
         })
     }
 
-    fn start(&mut self, claimed: ClaimedItem) {
+    fn start(&mut self, claimed: ClaimedItem, admitted: Option<OwnedSemaphorePermit>) {
         let stopper = Stopper::default();
         let attempt = Attempt {
             shared: self.shared.clone(),
             stopper: stopper.clone(),
             claimed_at: Instant::now(),
             claimed,
+            admitted,
         };
         let item_id = attempt.claimed.item.id.clone();
         let executions = self.handle.0.executions.clone();
         executions.fetch_add(1, Ordering::SeqCst);
         let freed = self.freed.clone();
-        let task = tokio::spawn(async move {
-            let _counted = Counted(executions, freed);
-            attempt.run().await;
-        });
+        let task = tokio::spawn(attempt.run(Counted {
+            executions,
+            freed,
+            ended: false,
+        }));
         self.local.insert(item_id, Local { stopper, task });
     }
 
@@ -438,13 +464,28 @@ async fn drain(mut task: JoinHandle<()>, limit: Duration) {
     }
 }
 
-/// Decrements the execution count when an attempt's task ends, however it ends, and
-/// tells the loop a slot is free.
-struct Counted(Arc<AtomicUsize>, Arc<Notify>);
+/// An attempt's place in the execution count. The count drops when the execution ends
+/// (before its outcome is written, so a claim pass can share the outcome's
+/// transaction), or when the attempt's task ends however it ends; the loop is told both
+/// times, since a batch's running cap frees only once the outcome is written.
+pub(crate) struct Counted {
+    executions: Arc<AtomicUsize>,
+    freed: Arc<Notify>,
+    ended: bool,
+}
+
+impl Counted {
+    /// The execution is over: its slot is free.
+    pub fn execution_ended(&mut self) {
+        if !std::mem::replace(&mut self.ended, true) {
+            self.executions.fetch_sub(1, Ordering::SeqCst);
+        }
+        self.freed.notify_one();
+    }
+}
 
 impl Drop for Counted {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-        self.1.notify_one();
+        self.execution_ended();
     }
 }

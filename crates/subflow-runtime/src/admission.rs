@@ -116,6 +116,12 @@ impl Admission {
         }
     }
 
+    /// A free slot now, without queueing: `None` when every slot is taken (or queued
+    /// executions are owed the next ones).
+    pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
     /// `subagent_runtime.max_running`: executions running at once in this process.
     pub fn max_running(&self) -> usize {
         self.config.max_running

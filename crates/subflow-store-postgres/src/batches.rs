@@ -7,6 +7,7 @@
 
 mod activity;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -299,6 +300,7 @@ async fn claim_pass(conn: &mut PgConnection, request: &ClaimRequest) -> Result<C
     let now = Now::at(get(first, "db_now")?);
     let expires_at = now.millis.saturating_add(millis(request.lease));
     let mut free = u64::from(request.free_slots);
+    let mut admitted = request.admitted;
     for row in &rows {
         let mut batch = batch_from_row(row)?;
         let before = batch.clone();
@@ -364,7 +366,14 @@ async fn claim_pass(conn: &mut PgConnection, request: &ClaimRequest) -> Result<C
             )
             .await?;
             for mut item in queued {
-                machine::claim(&mut batch, &mut item, &pass.lease_owner, expires_at, &now);
+                machine::claim(
+                    &mut batch,
+                    &mut item,
+                    &pass.lease_owner,
+                    expires_at,
+                    &mut admitted,
+                    &now,
+                );
                 claimed.push(item);
             }
         }
@@ -373,11 +382,14 @@ async fn claim_pass(conn: &mut PgConnection, request: &ClaimRequest) -> Result<C
             write_batch(conn, &batch).await?;
         }
         free -= claimed.len() as u64;
-        pass.claimed
-            .extend(claimed.into_iter().map(|item| ClaimedItem {
-                batch: batch.clone(),
-                item,
-            }));
+        if !claimed.is_empty() {
+            let shared = Arc::new(batch.clone());
+            pass.claimed
+                .extend(claimed.into_iter().map(|item| ClaimedItem {
+                    batch: shared.clone(),
+                    item,
+                }));
+        }
     }
     Ok(pass)
 }

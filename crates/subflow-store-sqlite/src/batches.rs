@@ -8,6 +8,9 @@
 
 mod activity;
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -15,20 +18,28 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use subflow_contracts::{BatchItemStatus, BatchStatus};
 use subflow_store::batches::machine::{self, Now};
 use subflow_store::batches::{
-    ActivityQuery, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope,
-    BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure,
-    ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted,
-    WorkerHeartbeat,
+    ActivityQuery, AttemptOutcome, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord,
+    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE,
+    ItemFailure, ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome,
+    Submitted, WorkerHeartbeat,
 };
 use subflow_store::streams::millis;
 use subflow_store::{Result, codec};
 
-use crate::{Db, SqliteStore, query_all, text};
+use crate::{Db, SqliteStore, query_all, query_first, text};
 
 const BATCH_COLUMNS: &str = "id, thread_id, title, subagent_type, status, total_items, \
      max_live_items, max_running_items, max_attempts, created_at, updated_at, completed_at, \
      pending_count, queued_count, leased_count, running_count, succeeded_count, failed_count, \
-     cancelled_count, user_id, run_id, tool_call_id, submission_key, execution_spec";
+     cancelled_count, user_id, run_id, tool_call_id, submission_key, \
+     (SELECT execution_spec FROM subagent_batch_specs WHERE batch_id = subagent_batches.id)";
+
+/// [`BATCH_COLUMNS`] with `NULL` for the `execution_spec`: what a worker write reads,
+/// since none of them looks at the spec.
+const BATCH_STATE_COLUMNS: &str = "id, thread_id, title, subagent_type, status, total_items, \
+     max_live_items, max_running_items, max_attempts, created_at, updated_at, completed_at, \
+     pending_count, queued_count, leased_count, running_count, succeeded_count, failed_count, \
+     cancelled_count, user_id, run_id, tool_call_id, submission_key, NULL";
 
 fn count(row: &Row<'_>, index: usize) -> Result<u64> {
     let value: i64 = row.get(index).db()?;
@@ -62,7 +73,11 @@ fn decode_batch(row: &Row<'_>) -> Result<BatchRecord> {
         run_id: row.get(20).db()?,
         tool_call_id: row.get(21).db()?,
         submission_key: row.get(22).db()?,
-        execution_spec: codec::json("subagent_batches.execution_spec", text(row, 23)?)?,
+        execution_spec: match row.get::<_, Option<String>>(23).db()? {
+            Some(spec) => codec::json("subagent_batch_specs.execution_spec", &spec)?,
+            // Every batch has its spec: only BATCH_STATE_COLUMNS reads none.
+            None => serde_json::Value::Null,
+        },
     })
 }
 
@@ -121,6 +136,14 @@ fn load_batch(conn: &Connection, batch_id: &str) -> Result<Option<BatchRecord>> 
     rows.next().db()?.map(decode_batch).transpose()
 }
 
+/// The batch without its `execution_spec` (left `null`).
+fn load_batch_state(conn: &Connection, batch_id: &str) -> Result<Option<BatchRecord>> {
+    let sql = format!("SELECT {BATCH_STATE_COLUMNS} FROM subagent_batches WHERE id = ?");
+    let mut statement = conn.prepare_cached(&sql).db()?;
+    let mut rows = statement.query([batch_id]).db()?;
+    rows.next().db()?.map(decode_batch).transpose()
+}
+
 /// The batch when it exists and is visible in `scope`.
 fn scoped_batch(
     conn: &Connection,
@@ -136,25 +159,6 @@ fn load_item(conn: &Connection, batch_id: &str, item_id: &str) -> Result<Option<
     let mut statement = conn.prepare_cached(&sql).db()?;
     let mut rows = statement.query([item_id, batch_id]).db()?;
     rows.next().db()?.map(decode_item).transpose()
-}
-
-/// A batch's items in `status`, in position order, at most `limit`.
-fn items_in(
-    conn: &Connection,
-    batch_id: &str,
-    status: BatchItemStatus,
-    limit: u64,
-) -> Result<Vec<BatchItem>> {
-    let sql = format!(
-        "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? AND status = ? \
-         ORDER BY position LIMIT ?"
-    );
-    query_all(
-        conn,
-        &sql,
-        params![batch_id, status.as_str(), limit as i64],
-        decode_item,
-    )
 }
 
 fn write_batch(conn: &Connection, batch: &BatchRecord) -> Result<()> {
@@ -219,8 +223,8 @@ fn insert_batch(conn: &Connection, batch: &BatchRecord, items: &[BatchItem]) -> 
         .prepare_cached(
             "INSERT INTO subagent_batches (id, thread_id, user_id, run_id, tool_call_id, \
              submission_key, title, subagent_type, status, total_items, max_live_items, \
-             max_running_items, max_attempts, execution_spec, pending_count, created_at, \
-             updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             max_running_items, max_attempts, pending_count, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT (user_id, submission_key) DO NOTHING",
         )
         .db()?
@@ -238,7 +242,6 @@ fn insert_batch(conn: &Connection, batch: &BatchRecord, items: &[BatchItem]) -> 
             batch.max_live_items,
             batch.max_running_items,
             batch.max_attempts,
-            codec::encode(&batch.execution_spec),
             batch.counts.pending as i64,
             batch.created_at,
             batch.updated_at
@@ -247,6 +250,12 @@ fn insert_batch(conn: &Connection, batch: &BatchRecord, items: &[BatchItem]) -> 
     if inserted == 0 {
         return Ok(false);
     }
+    conn.prepare_cached(
+        "INSERT INTO subagent_batch_specs (batch_id, execution_spec) VALUES (?, ?)",
+    )
+    .db()?
+    .execute(params![batch.id, codec::encode(&batch.execution_spec)])
+    .db()?;
     let mut insert = conn
         .prepare_cached(
             "INSERT INTO subagent_batch_items (id, batch_id, item_key, position, status, \
@@ -282,6 +291,35 @@ fn submitted(conn: &Connection, user_id: &str, key: &str) -> Result<Option<Batch
     rows.next().db()?.map(decode_batch).transpose()
 }
 
+/// Promotes a batch's first `quota` pending items (`queued`, `updated_at` now) with one
+/// statement, rather than reading and writing each: returns how many it promoted.
+fn promote(conn: &Connection, batch_id: &str, quota: u64, now: &Now) -> Result<u64> {
+    let mut positions = conn
+        .prepare_cached(
+            "SELECT position FROM subagent_batch_items WHERE batch_id = ? \
+             AND status = 'pending' ORDER BY position",
+        )
+        .db()?;
+    let mut rows = positions.query([batch_id]).db()?;
+    let mut last = None;
+    for _ in 0..quota {
+        let Some(row) = rows.next().db()? else { break };
+        last = Some(row.get::<_, i64>(0).db()?);
+    }
+    let Some(last) = last else {
+        return Ok(0);
+    };
+    let promoted = conn
+        .prepare_cached(
+            "UPDATE subagent_batch_items SET status = 'queued', updated_at = ? \
+             WHERE batch_id = ? AND status = 'pending' AND position <= ?",
+        )
+        .db()?
+        .execute(params![now.stamp, batch_id, last])
+        .db()?;
+    Ok(promoted as u64)
+}
+
 /// One claim pass over the active batches, inside the caller's transaction.
 fn claim_pass(conn: &Connection, request: &ClaimRequest, now: &Now) -> Result<ClaimPass> {
     let expires_at = now.millis.saturating_add(millis(request.lease));
@@ -295,11 +333,15 @@ fn claim_pass(conn: &Connection, request: &ClaimRequest, now: &Now) -> Result<Cl
     );
     let batches = query_all(conn, &sql, [], decode_batch)?;
     let mut free = u64::from(request.free_slots);
+    let mut admitted = request.admitted;
     for mut batch in batches {
         let before = batch.clone();
         if batch.counts.leased_or_running() > 0 {
+            // Without INDEXED BY, SQLite reads the batch's every item in position order
+            // (the unique (batch_id, position) index) to skip the sort.
             let sql = format!(
-                "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? \
+                "SELECT {ITEM_COLUMNS} FROM subagent_batch_items \
+                 INDEXED BY subagent_batch_items_by_status WHERE batch_id = ? \
                  AND status IN ('leased', 'running') AND lease_expires_at <= ? ORDER BY position"
             );
             for mut item in query_all(conn, &sql, params![batch.id, now.millis], decode_item)? {
@@ -310,22 +352,27 @@ fn claim_pass(conn: &Connection, request: &ClaimRequest, now: &Now) -> Result<Cl
         }
         let quota = machine::promotion_quota(&batch);
         if quota > 0 {
-            for mut item in items_in(conn, &batch.id, BatchItemStatus::Pending, quota)? {
-                machine::promote(&mut batch, &mut item, now);
-                write_item(conn, &item)?;
-                pass.promoted += 1;
-            }
+            let promoted = promote(conn, &batch.id, quota, now)?;
+            machine::promoted(&mut batch, promoted, now);
+            pass.promoted += promoted;
         }
         let quota = machine::claim_quota(&batch, free);
         let mut claimed = Vec::new();
         if quota > 0 {
             let sql = format!(
                 "SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE batch_id = ? \
-                 AND status = 'queued' AND cancel_requested_at IS NULL ORDER BY position LIMIT ?"
+                 AND status = 'queued' AND cancel_requested_at IS NULL ORDER BY position"
             );
-            let queued = query_all(conn, &sql, params![batch.id, quota as i64], decode_item)?;
+            let queued = query_first(conn, &sql, [&batch.id], quota, decode_item)?;
             for mut item in queued {
-                machine::claim(&mut batch, &mut item, &pass.lease_owner, expires_at, now);
+                machine::claim(
+                    &mut batch,
+                    &mut item,
+                    &pass.lease_owner,
+                    expires_at,
+                    &mut admitted,
+                    now,
+                );
                 write_item(conn, &item)?;
                 claimed.push(item);
             }
@@ -334,11 +381,14 @@ fn claim_pass(conn: &Connection, request: &ClaimRequest, now: &Now) -> Result<Cl
             write_batch(conn, &batch)?;
         }
         free -= claimed.len() as u64;
-        pass.claimed
-            .extend(claimed.into_iter().map(|item| ClaimedItem {
-                batch: batch.clone(),
-                item,
-            }));
+        if !claimed.is_empty() {
+            let shared = Arc::new(batch.clone());
+            pass.claimed
+                .extend(claimed.into_iter().map(|item| ClaimedItem {
+                    batch: shared.clone(),
+                    item,
+                }));
+        }
     }
     Ok(pass)
 }
@@ -356,18 +406,16 @@ impl SqliteStore {
         let clock = self.inner.clock.clone();
         self.write(move |conn| {
             let now = clock.now();
-            let tx = conn.savepoint().db()?;
-            let Some(mut batch) = load_batch(&tx, &lease.batch_id)? else {
+            let Some(mut batch) = load_batch_state(conn, &lease.batch_id)? else {
                 return Ok(missing);
             };
-            let Some(mut item) = load_item(&tx, &lease.batch_id, &lease.item_id)? else {
+            let Some(mut item) = load_item(conn, &lease.batch_id, &lease.item_id)? else {
                 return Ok(missing);
             };
             let (answer, changed) = write(&mut batch, &mut item, &now);
             if changed {
-                write_item(&tx, &item)?;
-                write_batch(&tx, &batch)?;
-                tx.commit().db()?;
+                write_item(conn, &item)?;
+                write_batch(conn, &batch)?;
             }
             Ok(answer)
         })
@@ -387,19 +435,17 @@ impl SqliteStore {
         let clock = self.inner.clock.clone();
         self.write(move |conn| {
             let now = clock.now();
-            let tx = conn.savepoint().db()?;
-            let mut batch = scoped_batch(&tx, &scope, &batch_id)?;
+            let mut batch = scoped_batch(conn, &scope, &batch_id)?;
             let before = batch.clone();
-            let (answer, items) = change(&tx, batch.as_mut(), &now)?;
+            let (answer, items) = change(conn, batch.as_mut(), &now)?;
             for item in &items {
-                write_item(&tx, item)?;
+                write_item(conn, item)?;
             }
             if let Some(batch) = &batch
                 && before.as_ref() != Some(batch)
             {
-                write_batch(&tx, batch)?;
+                write_batch(conn, batch)?;
             }
-            tx.commit().db()?;
             Ok(answer)
         })
         .await
@@ -414,15 +460,13 @@ impl BatchStore for SqliteStore {
         let (user_id, key) = (batch.user_id.clone(), batch.submission_key.clone());
         let (record, items) = batch.into_records(&now.stamp);
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
-            if let Some(existing) = submitted(&tx, &user_id, &key)? {
+            if let Some(existing) = submitted(conn, &user_id, &key)? {
                 return Ok(Submitted {
                     batch: existing,
                     created: false,
                 });
             }
-            insert_batch(&tx, &record, &items)?;
-            tx.commit().db()?;
+            insert_batch(conn, &record, &items)?;
             Ok(Submitted {
                 batch: record,
                 created: true,
@@ -625,14 +669,8 @@ impl BatchStore for SqliteStore {
         request.validate()?;
         let request = request.clone();
         let clock = self.inner.clock.clone();
-        self.write(move |conn| {
-            let now = clock.now();
-            let tx = conn.savepoint().db()?;
-            let pass = claim_pass(&tx, &request, &now)?;
-            tx.commit().db()?;
-            Ok(pass)
-        })
-        .await
+        self.write(move |conn| claim_pass(conn, &request, &clock.now()))
+            .await
     }
 
     async fn mark_running(&self, lease: &ItemLease) -> Result<bool> {
@@ -676,6 +714,56 @@ impl BatchStore for SqliteStore {
         self.worker_write(lease, None, move |batch, item, now| {
             let status = machine::finish_failure(batch, item, &fence, &outcome, now);
             (status, status.is_some())
+        })
+        .await
+    }
+
+    /// One write job: each batch row is loaded and written once, each item once.
+    async fn finish_attempts(
+        &self,
+        outcomes: &[(ItemLease, AttemptOutcome)],
+    ) -> Result<Vec<Option<BatchItemStatus>>> {
+        let outcomes = outcomes.to_vec();
+        let clock = self.inner.clock.clone();
+        self.write(move |conn| {
+            let now = clock.now();
+            // Each batch as loaded, and whether an outcome changed it.
+            let mut batches: HashMap<String, (Option<BatchRecord>, bool)> = HashMap::new();
+            let mut statuses = Vec::with_capacity(outcomes.len());
+            for (lease, outcome) in &outcomes {
+                let (batch, changed) = match batches.entry(lease.batch_id.clone()) {
+                    Entry::Occupied(entry) => entry.into_mut(),
+                    Entry::Vacant(entry) => {
+                        entry.insert((load_batch_state(conn, &lease.batch_id)?, false))
+                    }
+                };
+                let (Some(batch), Some(mut item)) = (
+                    batch.as_mut(),
+                    load_item(conn, &lease.batch_id, &lease.item_id)?,
+                ) else {
+                    statuses.push(None);
+                    continue;
+                };
+                let status = match outcome {
+                    AttemptOutcome::Succeeded(success) => {
+                        machine::finish_success(batch, &mut item, lease, success, &now)
+                    }
+                    AttemptOutcome::Failed(failure) => {
+                        machine::finish_failure(batch, &mut item, lease, failure, &now)
+                    }
+                };
+                if status.is_some() {
+                    write_item(conn, &item)?;
+                    *changed = true;
+                }
+                statuses.push(status);
+            }
+            for (batch, changed) in batches.values() {
+                if let (Some(batch), true) = (batch, changed) {
+                    write_batch(conn, batch)?;
+                }
+            }
+            Ok(statuses)
         })
         .await
     }

@@ -49,6 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_streams.sql"),
     include_str!("../migrations/0005_batches.sql"),
     include_str!("../migrations/0006_checkpoint_deltas.sql"),
+    include_str!("../migrations/0007_batch_specs.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.
@@ -164,7 +165,7 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
     if !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
-    if let Err(error) = conn.execute_batch("BEGIN IMMEDIATE") {
+    if let Err(error) = run_cached(conn, "BEGIN IMMEDIATE") {
         let message = format!("beginning a write failed: {error}");
         group
             .into_iter()
@@ -175,7 +176,7 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
     let mut jobs = group.into_iter();
     let mut aborted = None;
     for job in jobs.by_ref() {
-        if let Err(error) = conn.execute_batch("SAVEPOINT write_job") {
+        if let Err(error) = run_cached(conn, "SAVEPOINT write_job") {
             job.refuse(format!("a write could not start: {error}"));
             aborted = Some(format!("the write transaction failed: {error}"));
             break;
@@ -189,11 +190,11 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
             break;
         }
         let end = if succeeded {
-            "RELEASE write_job"
+            Ok(())
         } else {
-            "ROLLBACK TO write_job; RELEASE write_job"
+            run_cached(conn, "ROLLBACK TO write_job")
         };
-        if let Err(error) = conn.execute_batch(end) {
+        if let Err(error) = end.and_then(|()| run_cached(conn, "RELEASE write_job")) {
             aborted = Some(format!("the write transaction failed: {error}"));
             replies.extend(reply);
             break;
@@ -202,9 +203,9 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
     }
     let committed = match aborted {
         Some(message) => Err(message),
-        None => conn
-            .execute_batch("COMMIT")
-            .map_err(|error| format!("committing writes failed: {error}")),
+        None => {
+            run_cached(conn, "COMMIT").map_err(|error| format!("committing writes failed: {error}"))
+        }
     };
     if let Err(message) = &committed {
         if !conn.is_autocommit() {
@@ -215,6 +216,12 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
     for reply in replies {
         reply(committed.clone());
     }
+}
+
+/// Runs one statement of the group's transaction from the statement cache, sparing the
+/// parse `execute_batch` pays on every call.
+fn run_cached(conn: &Connection, sql: &str) -> rusqlite::Result<()> {
+    conn.prepare_cached(sql)?.execute([]).map(drop)
 }
 
 /// A small pool of read-only connections, opened on demand up to `max_connections`.
@@ -507,10 +514,24 @@ fn query_all<T>(
     params: impl rusqlite::Params,
     decode: impl Fn(&Row<'_>) -> Result<T>,
 ) -> Result<Vec<T>> {
+    query_first(conn, sql, params, u64::MAX, decode)
+}
+
+/// The first `limit` rows of `sql`, decoded. Hot statements take their limit here
+/// rather than as a bound `LIMIT ?`: SQLite plans with a bound limit's value, so every
+/// new value re-prepares the statement.
+fn query_first<T>(
+    conn: &Connection,
+    sql: &str,
+    params: impl rusqlite::Params,
+    limit: u64,
+    decode: impl Fn(&Row<'_>) -> Result<T>,
+) -> Result<Vec<T>> {
     let mut statement = conn.prepare_cached(sql).db()?;
     let mut rows = statement.query(params).db()?;
     let mut decoded = Vec::new();
-    while let Some(row) = rows.next().db()? {
+    while (decoded.len() as u64) < limit {
+        let Some(row) = rows.next().db()? else { break };
         decoded.push(decode(row)?);
     }
     Ok(decoded)

@@ -513,20 +513,30 @@ pub struct ClaimRequest {
     pub free_slots: u32,
     /// How long a claim holds: `subagent_batches.lease_seconds`.
     pub lease: Duration,
+    /// How many of the claims start `running` in the claim's transaction, at most
+    /// `free_slots`: the worker already holds an admission slot for each (SPEC §12.5,
+    /// `leased` → `running` on a slot acquired). The others stay `leased` until their
+    /// slot comes.
+    pub admitted: u32,
 }
 
 impl ClaimRequest {
-    /// Checks the worker id: 32 hex digits, so that every `lease_owner` fits 128
-    /// characters.
+    /// Checks the worker id (32 hex digits, so that every `lease_owner` fits 128
+    /// characters) and that `admitted` is within `free_slots`.
     pub fn validate(&self) -> Result<()> {
-        if self.worker_id.len() == 32 && self.worker_id.chars().all(|c| c.is_ascii_hexdigit()) {
-            Ok(())
-        } else {
-            Err(Error::InvalidQuery(format!(
+        if self.worker_id.len() != 32 || !self.worker_id.chars().all(|c| c.is_ascii_hexdigit()) {
+            return Err(Error::InvalidQuery(format!(
                 "worker_id must be 32 hex digits, got '{}'",
                 self.worker_id
-            )))
+            )));
         }
+        if self.admitted > self.free_slots {
+            return Err(Error::InvalidQuery(format!(
+                "admitted ({}) must not exceed free_slots ({})",
+                self.admitted, self.free_slots
+            )));
+        }
+        Ok(())
     }
 
     /// `{hostname}:{worker id}:{token}` with a fresh 16-hex token, hostname cut to fit
@@ -542,9 +552,11 @@ impl ClaimRequest {
 /// One item a claim pass leased to the worker, with its batch.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedItem {
-    /// The batch, as the pass left it (its `execution_spec` rebuilds the subagent).
-    pub batch: BatchRecord,
-    /// The item: `leased`, with its prompt, the new `attempt` and `lease_owner`.
+    /// The batch, as the pass left it (its `execution_spec` rebuilds the subagent),
+    /// shared by the pass's claims of that batch.
+    pub batch: Arc<BatchRecord>,
+    /// The item: `leased` (`running` when the pass used one of the worker's admission
+    /// slots for it), with its prompt, the new `attempt` and `lease_owner`.
     pub item: BatchItem,
 }
 
@@ -625,6 +637,15 @@ pub struct ItemFailure {
     pub stop_reason: Option<SubagentStopReason>,
     /// Summed usage, if any.
     pub token_usage: Option<ItemUsage>,
+}
+
+/// How an attempt ended, for [`BatchStore::finish_attempts`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum AttemptOutcome {
+    /// As [`BatchStore::finish_success`].
+    Succeeded(ItemSuccess),
+    /// As [`BatchStore::finish_failure`].
+    Failed(ItemFailure),
 }
 
 /// Why a worker hands a claim back without an outcome. Every reason gives the attempt
@@ -860,6 +881,25 @@ pub trait BatchStore: Send + Sync + fmt::Debug {
         lease: &ItemLease,
         outcome: &ItemFailure,
     ) -> Result<Option<BatchItemStatus>>;
+
+    /// Finalises several attempts, each as [`BatchStore::finish_success`] or
+    /// [`BatchStore::finish_failure`] would, its new status (`None` when fenced out) at
+    /// its index. A backend may write them in one transaction, each batch row once; the
+    /// default writes them one by one and stops at the first error. Trying the list
+    /// again is safe either way: an outcome already written fences its repeat out.
+    async fn finish_attempts(
+        &self,
+        outcomes: &[(ItemLease, AttemptOutcome)],
+    ) -> Result<Vec<Option<BatchItemStatus>>> {
+        let mut statuses = Vec::with_capacity(outcomes.len());
+        for (lease, outcome) in outcomes {
+            statuses.push(match outcome {
+                AttemptOutcome::Succeeded(success) => self.finish_success(lease, success).await?,
+                AttemptOutcome::Failed(failure) => self.finish_failure(lease, failure).await?,
+            });
+        }
+        Ok(statuses)
+    }
 
     /// A `leased` or `running` item's execution was cancelled because its batch was:
     /// `cancelled`, `Cancelled by user`.

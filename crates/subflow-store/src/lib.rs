@@ -26,10 +26,10 @@ pub mod streams;
 
 pub use auth::{AuthStore, NewToken, TokenOwner, TokenRecord, User};
 pub use batches::{
-    ActivityQuery, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope,
-    BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, ItemFailure, ItemLease,
-    ItemQuery, ItemSuccess, ItemUsage, ModelItemUsage, NewBatch, NewItem, ReleaseReason, Renewal,
-    RetryOutcome, Submitted, WorkerHeartbeat,
+    ActivityQuery, AttemptOutcome, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord,
+    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, ItemFailure,
+    ItemLease, ItemQuery, ItemSuccess, ItemUsage, ModelItemUsage, NewBatch, NewItem, ReleaseReason,
+    Renewal, RetryOutcome, Submitted, WorkerHeartbeat,
 };
 pub use checkpoints::{Checkpoint, CheckpointStore, NewCheckpoint};
 pub use error::{Error, Result};

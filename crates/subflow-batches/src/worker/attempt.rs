@@ -7,15 +7,18 @@
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use subflow_contracts::{BatchItemStatus, SubagentStatus};
+use subflow_contracts::SubagentStatus;
 use subflow_runtime::subagent::{ExecutionReport, ExecutionSpec};
 use subflow_store::{
-    ClaimedItem, ItemFailure, ItemLease, ItemSuccess, ReleaseReason, Renewal, Result as StoreResult,
+    AttemptOutcome, ClaimedItem, ItemFailure, ItemLease, ItemSuccess, ReleaseReason, Renewal,
+    Result as StoreResult,
 };
+use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
+use super::finisher::Written;
+use super::{Counted, Shared};
 use crate::item::{StoredResult, capped_error, item_prompt, item_usage};
 use crate::metrics::AttemptEnd;
 
@@ -71,19 +74,24 @@ pub(crate) struct Attempt {
     pub claimed: ClaimedItem,
     pub stopper: Stopper,
     pub claimed_at: Instant,
+    /// The admission slot the claim pass started the item `running` on, if it did.
+    pub admitted: Option<OwnedSemaphorePermit>,
 }
 
 impl Attempt {
-    /// Runs the attempt to its end and counts how it ended.
-    pub async fn run(self) {
+    /// Runs the attempt to its end and counts how it ended; `counted` is let go once the
+    /// execution is over, before the outcome is written.
+    pub async fn run(mut self, mut counted: Counted) {
         let lease = self.claimed.lease();
-        let work = self.work(&lease);
+        let admitted = self.admitted.take();
+        let work = self.work(&lease, admitted);
         tokio::pin!(work);
         let outcome = tokio::select! {
             outcome = &mut work => outcome,
             // Renewals end only by stopping the execution, which then ends promptly.
             () = self.renew(&lease) => work.await,
         };
+        counted.execution_ended();
         let end = self.settle(&lease, outcome).await;
         let item = &self.claimed.item;
         tracing::info!(
@@ -99,29 +107,19 @@ impl Attempt {
         );
     }
 
-    async fn work(&self, lease: &ItemLease) -> Outcome {
+    async fn work(&self, lease: &ItemLease, admitted: Option<OwnedSemaphorePermit>) -> Outcome {
         let spec = match ExecutionSpec::from_value(&self.claimed.batch.execution_spec) {
             Ok(spec) => spec,
             Err(error) => return Outcome::Unusable(error.to_string()),
         };
-        let admission = self.shared.runtime.admission();
-        let admitted = tokio::select! {
-            biased;
-            () = self.stopper.cancel.cancelled() => return Outcome::NotAdmitted,
-            admitted = admission.admit() => admitted,
-        };
         let _slot = match admitted {
-            Ok(permit) => permit,
-            Err(error) => return Outcome::Rejected(error.to_string()),
+            // The claim pass already started the item running on this slot.
+            Some(slot) => slot,
+            None => match self.admit_and_start(lease).await {
+                Ok(slot) => slot,
+                Err(outcome) => return outcome,
+            },
         };
-        match self.shared.store.mark_running(lease).await {
-            Ok(true) => {}
-            Ok(false) => return Outcome::NotStarted,
-            Err(error) => {
-                tracing::warn!(%error, item_id = %lease.item_id, "marking a batch item running failed");
-                return Outcome::NotStarted;
-            }
-        }
         let (batch, item) = (&self.claimed.batch, &self.claimed.item);
         let execution = spec.execution(
             item_prompt(&item.item_key, &item.prompt),
@@ -138,6 +136,25 @@ impl Attempt {
             .execute_detached(execution, self.stopper.cancel.clone())
             .await;
         Outcome::Ran(report)
+    }
+
+    /// Waits for an admission slot, then moves the item `leased` → `running`.
+    async fn admit_and_start(&self, lease: &ItemLease) -> Result<OwnedSemaphorePermit, Outcome> {
+        let admission = self.shared.runtime.admission();
+        let admitted = tokio::select! {
+            biased;
+            () = self.stopper.cancel.cancelled() => return Err(Outcome::NotAdmitted),
+            admitted = admission.admit() => admitted,
+        };
+        let slot = admitted.map_err(|error| Outcome::Rejected(error.to_string()))?;
+        match self.shared.store.mark_running(lease).await {
+            Ok(true) => Ok(slot),
+            Ok(false) => Err(Outcome::NotStarted),
+            Err(error) => {
+                tracing::warn!(%error, item_id = %lease.item_id, "marking a batch item running failed");
+                Err(Outcome::NotStarted)
+            }
+        }
     }
 
     /// Renews the lease every `renew_every` until a renewal says to stop, then stops
@@ -201,7 +218,8 @@ impl Attempt {
                     stop_reason: report.stop_reason,
                     token_usage: item_usage(report.usage),
                 };
-                finished(twice(|| self.shared.store.finish_success(lease, &success)).await)
+                let outcome = AttemptOutcome::Succeeded(success);
+                finished(self.shared.finisher.finish(lease, outcome).await)
             }
             Outcome::Ran(report) => {
                 let error = report
@@ -225,7 +243,8 @@ impl Attempt {
             stop_reason: report.as_ref().and_then(|r| r.stop_reason),
             token_usage: report.and_then(|r| item_usage(r.usage)),
         };
-        finished(twice(|| self.shared.store.finish_failure(lease, &failure)).await)
+        let outcome = AttemptOutcome::Failed(failure);
+        finished(self.shared.finisher.finish(lease, outcome).await)
     }
 
     async fn release(&self, lease: &ItemLease, reason: ReleaseReason) -> AttemptEnd {
@@ -238,7 +257,7 @@ impl Attempt {
 }
 
 /// How an outcome write ended.
-fn finished(written: StoreResult<Option<BatchItemStatus>>) -> AttemptEnd {
+fn finished(written: Written) -> AttemptEnd {
     match written {
         Ok(Some(status)) => AttemptEnd::Finished(status),
         Ok(None) => AttemptEnd::Fenced,
@@ -247,7 +266,7 @@ fn finished(written: StoreResult<Option<BatchItemStatus>>) -> AttemptEnd {
 }
 
 /// Runs a terminal write, and once more if it fails (SPEC §12.9).
-async fn twice<T, F, W>(write: W) -> StoreResult<T>
+pub(crate) async fn twice<T, F, W>(write: W) -> StoreResult<T>
 where
     W: Fn() -> F,
     F: Future<Output = StoreResult<T>>,

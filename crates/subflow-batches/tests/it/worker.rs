@@ -208,6 +208,7 @@ async fn a_lost_lease_cancels_the_local_execution_and_writes_nothing(backend: Ba
             worker_id: "f".repeat(32),
             free_slots: 1,
             lease: Duration::from_secs(120),
+            admitted: 0,
         })
         .await
         .unwrap();

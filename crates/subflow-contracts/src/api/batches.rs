@@ -59,6 +59,13 @@ impl BatchCounts {
         *self.slot(to) += 1;
     }
 
+    /// Moves `n` items from `from` to `to`.
+    pub fn shift_many(&mut self, from: BatchItemStatus, to: BatchItemStatus, n: u64) {
+        let from_slot = self.slot(from);
+        *from_slot = from_slot.saturating_sub(n);
+        *self.slot(to) += n;
+    }
+
     /// Adds `n` items of `status`.
     pub fn add(&mut self, status: BatchItemStatus, n: u64) {
         *self.slot(status) += n;

@@ -51,6 +51,7 @@ async fn claim(app: &TestApp, free_slots: u32) -> Vec<ClaimedItem> {
             worker_id: "1".repeat(32),
             free_slots,
             lease: Duration::from_secs(60),
+            admitted: 0,
         })
         .await
         .unwrap()

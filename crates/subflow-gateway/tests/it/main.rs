@@ -274,6 +274,7 @@ impl TestApp {
                 worker_id: "0".repeat(32),
                 free_slots: 64,
                 lease: Duration::from_secs(60),
+                admitted: 0,
             })
             .await
             .unwrap()

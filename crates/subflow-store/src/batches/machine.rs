@@ -127,6 +127,17 @@ pub fn promote(batch: &mut BatchRecord, item: &mut BatchItem, now: &Now) {
     set_status(batch, item, BatchItemStatus::Queued, now);
 }
 
+/// `n` pending items promoted by one statement of the backend's, which set each one
+/// `queued` with `updated_at` now (what [`promote`] does to an item).
+pub fn promoted(batch: &mut BatchRecord, n: u64, now: &Now) {
+    if n > 0 {
+        batch
+            .counts
+            .shift_many(BatchItemStatus::Pending, BatchItemStatus::Queued, n);
+        batch.updated_at = now.stamp.clone();
+    }
+}
+
 /// How many queued items may be claimed now: min(`free_slots`, `max_running_items` −
 /// (leased + running)).
 pub fn claim_quota(batch: &BatchRecord, free_slots: u64) -> u64 {
@@ -144,19 +155,32 @@ pub fn claimable(item: &BatchItem) -> bool {
     item.status == BatchItemStatus::Queued && item.cancel_requested_at.is_none()
 }
 
-/// `queued` → `leased` under `lease_owner` until `expires_at`, `attempt + 1`.
+/// `queued` → `leased` under `lease_owner` until `expires_at`, `attempt + 1`; then at
+/// once `leased` → `running` while `admitted` (the admission slots the worker already
+/// holds) is not used up, taking one.
 pub fn claim(
     batch: &mut BatchRecord,
     item: &mut BatchItem,
     lease_owner: &str,
     expires_at: i64,
+    admitted: &mut u32,
     now: &Now,
 ) {
     item.attempt += 1;
     set_status(batch, item, BatchItemStatus::Leased, now);
     item.lease_owner = Some(lease_owner.to_owned());
     item.lease_expires_at = Some(expires_at);
+    if *admitted > 0 {
+        *admitted -= 1;
+        start(batch, item, now);
+    }
     settle(batch, now, true);
+}
+
+/// `leased` → `running`, `started_at` set.
+fn start(batch: &mut BatchRecord, item: &mut BatchItem, now: &Now) {
+    set_status(batch, item, BatchItemStatus::Running, now);
+    item.started_at = Some(now.stamp.clone());
 }
 
 /// `leased` → `running` when held, unexpired and not cancelled.
@@ -172,8 +196,7 @@ pub fn mark_running(
     {
         return false;
     }
-    set_status(batch, item, BatchItemStatus::Running, now);
-    item.started_at = Some(now.stamp.clone());
+    start(batch, item, now);
     true
 }
 

@@ -63,6 +63,8 @@ pub enum Op {
         worker: u8,
         /// Its free slots.
         free: u8,
+        /// Of those, the admission slots it holds: claims that start running at once.
+        admitted: u8,
         /// The lease it takes.
         lease: LeaseLength,
     },
@@ -149,8 +151,14 @@ fn op() -> impl Strategy<Value = Op> {
                 again,
             }
         ),
-        4 => (0u8..3, 0u8..=4, lease_length())
-            .prop_map(|(worker, free, lease)| Op::Claim { worker, free, lease }),
+        4 => (0u8..3, 0u8..=4, 0u8..=4, lease_length()).prop_map(
+            |(worker, free, admitted, lease)| Op::Claim {
+                worker,
+                free,
+                admitted: admitted.min(free),
+                lease,
+            }
+        ),
         3 => index.prop_map(|lease| Op::MarkRunning { lease }),
         2 => (index, any::<bool>()).prop_map(|(lease, end)| Op::Renew { lease, end }),
         3 => index.prop_map(|lease| Op::Succeed { lease }),
@@ -366,6 +374,7 @@ pub async fn check_history(store: Arc<dyn Store>, clock: Option<Arc<ManualClock>
             Op::Claim {
                 worker,
                 free,
+                admitted,
                 lease,
             } => {
                 let request = ClaimRequest {
@@ -373,13 +382,14 @@ pub async fn check_history(store: Arc<dyn Store>, clock: Option<Arc<ManualClock>
                     worker_id: format!("{worker:032x}"),
                     free_slots: u32::from(*free),
                     lease: lease.duration(),
+                    admitted: u32::from(*admitted),
                 };
                 let pass = store.claim_pass(&request).await.expect("claim pass");
                 assert!(
                     pass.claimed.len() <= usize::from(*free),
                     "step {step}: more claims than free slots"
                 );
-                for claimed in &pass.claimed {
+                for (index, claimed) in pass.claimed.iter().enumerate() {
                     let before = state
                         .batches
                         .iter()
@@ -389,7 +399,19 @@ pub async fn check_history(store: Arc<dyn Store>, clock: Option<Arc<ManualClock>
                         matches!(before, Some(BatchStatus::Queued | BatchStatus::Running)),
                         "step {step}: a claim in a batch that was {before:?}"
                     );
-                    assert_eq!(claimed.item.status, BatchItemStatus::Leased);
+                    // The first `admitted` claims start running in the pass.
+                    let expected = if index < usize::from(*admitted) {
+                        BatchItemStatus::Running
+                    } else {
+                        BatchItemStatus::Leased
+                    };
+                    assert_eq!(claimed.item.status, expected, "step {step}");
+                    if expected == BatchItemStatus::Running {
+                        assert!(
+                            claimed.item.started_at.is_some(),
+                            "step {step}: a claim started without started_at"
+                        );
+                    }
                     assert_eq!(claimed.item.lease_owner.as_ref(), Some(&pass.lease_owner));
                     leases.push(claimed.lease());
                 }

@@ -3,7 +3,7 @@
 //! one transaction of the SQL backends.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -288,6 +288,7 @@ impl BatchStore for MemoryStore {
             (&a.created_at, &a.id).cmp(&(&b.created_at, &b.id))
         });
         let mut free = u64::from(request.free_slots);
+        let mut admitted = request.admitted;
         for index in order {
             let Stored { batch, items } = &mut tables.batches[index];
             for item in items.iter_mut() {
@@ -314,17 +315,27 @@ impl BatchStore for MemoryStore {
                     break;
                 }
                 if machine::claimable(item) {
-                    machine::claim(batch, item, &pass.lease_owner, expires_at, &now);
+                    machine::claim(
+                        batch,
+                        item,
+                        &pass.lease_owner,
+                        expires_at,
+                        &mut admitted,
+                        &now,
+                    );
                     claimed.push(item.clone());
                     quota -= 1;
                 }
             }
             free -= claimed.len() as u64;
-            pass.claimed
-                .extend(claimed.into_iter().map(|item| ClaimedItem {
-                    batch: batch.clone(),
-                    item,
-                }));
+            if !claimed.is_empty() {
+                let shared = Arc::new(batch.clone());
+                pass.claimed
+                    .extend(claimed.into_iter().map(|item| ClaimedItem {
+                        batch: shared.clone(),
+                        item,
+                    }));
+            }
         }
         Ok(pass)
     }

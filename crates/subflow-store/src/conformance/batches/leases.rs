@@ -53,6 +53,68 @@ pub async fn batches_a_claim_promotes_up_to_live_and_leases_up_to_running(store:
     );
 }
 
+/// A worker holding admission slots: the first `admitted` claims of the pass start
+/// `running` (with `started_at`) in its transaction, the rest stay `leased`; a running
+/// claim is held like any other, and `admitted` beyond `free_slots` is refused.
+pub async fn batches_admitted_claims_start_running_in_the_pass(store: Arc<dyn Store>) {
+    let id = submit(&*store, new_batch("a", 5, 5, 5, 3)).await.id;
+    let mut request = claim(WORKER, 3, LIVE);
+    request.admitted = 2;
+    let first = pass(&*store, &request).await;
+    let statuses: Vec<_> = first.claimed.iter().map(|c| c.item.status).collect();
+    assert_eq!(
+        statuses,
+        [
+            BatchItemStatus::Running,
+            BatchItemStatus::Running,
+            BatchItemStatus::Leased
+        ]
+    );
+    assert!(first.claimed[0].item.started_at.is_some());
+    assert!(first.claimed[2].item.started_at.is_none());
+    assert!(first.claimed.iter().all(|c| c.item.attempt == 1));
+    let stored = batch(&*store, &id).await;
+    assert_eq!(stored.status, BatchStatus::Running);
+    assert_eq!(stored.counts, counts(0, 2, 1, 2, [0, 0, 0]));
+    assert_counts_match(&*store, &id).await;
+
+    let running = first.claimed[0].lease();
+    assert!(
+        !store.mark_running(&running).await.expect("mark running"),
+        "a running claim is not started twice"
+    );
+    assert_eq!(
+        store
+            .finish_success(&running, &success("done"))
+            .await
+            .expect("finish"),
+        Some(BatchItemStatus::Succeeded)
+    );
+    assert!(
+        store
+            .mark_running(&first.claimed[2].lease())
+            .await
+            .expect("mark running")
+    );
+    assert_eq!(
+        batch(&*store, &id).await.counts,
+        counts(0, 2, 0, 2, [1, 0, 0])
+    );
+    assert_counts_match(&*store, &id).await;
+
+    let mut over = claim(WORKER, 1, LIVE);
+    over.admitted = 2;
+    let error = store.claim_pass(&over).await.unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid query: admitted (2) must not exceed free_slots (1)"
+    );
+    assert_eq!(
+        batch(&*store, &id).await.counts,
+        counts(0, 2, 0, 2, [1, 0, 0])
+    );
+}
+
 /// Free slots are shared over the batches in creation order; no free slot still
 /// promotes but leases nothing.
 pub async fn batches_claims_share_free_slots_across_batches_in_creation_order(

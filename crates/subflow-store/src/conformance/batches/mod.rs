@@ -44,6 +44,7 @@ macro_rules! batch_conformance_tests {
             batches_items_page_by_offset_and_status_and_export_in_pages_of_500,
             batches_a_claim_promotes_up_to_live_and_leases_up_to_running,
             batches_claims_share_free_slots_across_batches_in_creation_order,
+            batches_admitted_claims_start_running_in_the_pass,
             batches_paused_batches_give_no_claims_until_resumed,
             batches_successes_complete_the_batch_with_their_results,
             batches_failures_requeue_until_max_attempts_then_fail_the_batch,
@@ -114,6 +115,7 @@ pub fn claim(worker: &str, free: u32, lease: Duration) -> ClaimRequest {
         worker_id: worker.into(),
         free_slots: free,
         lease,
+        admitted: 0,
     }
 }
 

@@ -22,9 +22,9 @@ use subflow_runtime::admission::AdmissionConfig;
 use subflow_runtime::runtime::{Runtime, RuntimeOptions};
 use subflow_runtime::subagent::{ExecutionSpec, SubagentDefinition, SubmittedBy};
 use subflow_store::{
-    BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals, ClaimPass,
-    ClaimRequest, ItemFailure, ItemLease, ItemQuery, ItemSuccess, NewBatch, NewItem, ReleaseReason,
-    Renewal, Result as StoreResult, RetryOutcome, Store, Submitted, WorkerHeartbeat,
+    AttemptOutcome, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
+    ClaimPass, ClaimRequest, ItemFailure, ItemLease, ItemQuery, ItemSuccess, NewBatch, NewItem,
+    ReleaseReason, Renewal, Result as StoreResult, RetryOutcome, Store, Submitted, WorkerHeartbeat,
 };
 use subflow_store_postgres::PostgresStore;
 use subflow_store_sqlite::SqliteStore;
@@ -34,7 +34,7 @@ use tokio_util::sync::CancellationToken;
 use super::super::UsageError;
 
 /// Executions at once, for the worker and for the baseline alike.
-const SLOTS: usize = 16;
+const SLOTS: usize = 64;
 /// Slots of each `subflow worker` process in the PostgreSQL run.
 const WORKER_SLOTS: usize = 8;
 /// Timed claim passes per size.
@@ -254,6 +254,7 @@ async fn claim_p50(dir: &Path, waiting: usize) -> anyhow::Result<f64> {
         worker_id: uuid::Uuid::new_v4().simple().to_string(),
         free_slots: 1,
         lease: Duration::from_secs(120),
+        admitted: 0,
     };
     let mut samples = Vec::with_capacity(CLAIM_SAMPLES);
     // The first pass promotes every pending item; it is not timed.
@@ -472,6 +473,13 @@ impl BatchStore for CountingStore {
     ) -> StoreResult<Option<BatchItemStatus>> {
         self.write();
         self.inner.finish_failure(lease, outcome).await
+    }
+    async fn finish_attempts(
+        &self,
+        outcomes: &[(ItemLease, AttemptOutcome)],
+    ) -> StoreResult<Vec<Option<BatchItemStatus>>> {
+        self.write();
+        self.inner.finish_attempts(outcomes).await
     }
     async fn finish_cancelled(&self, lease: &ItemLease) -> StoreResult<Option<BatchItemStatus>> {
         self.write();
