@@ -579,6 +579,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_batch_submitted_before_its_spec_moved_keeps_its_spec() {
+        use subflow_store::{BatchScope, BatchStore};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("subflow.db");
+        let mut conn = Connection::open(&path).unwrap();
+        for sql in &MIGRATIONS[..6] {
+            conn.execute_batch(sql).unwrap();
+        }
+        conn.pragma_update(None, "user_version", 6).unwrap();
+        conn.execute(
+            "INSERT INTO subagent_batches (id, thread_id, user_id, submission_key, title, \
+             subagent_type, status, total_items, max_live_items, max_running_items, \
+             max_attempts, execution_spec, created_at, updated_at) VALUES ('b1', 't1', 'u1', \
+             'k1', 'Old', 'general-purpose', 'queued', 0, 3, 3, 3, '{\"model\":\"m\"}', \
+             '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z')",
+            [],
+        )
+        .unwrap();
+        migrate(&mut conn).unwrap();
+        drop(conn);
+        let store = SqliteStore::open(&format!("sqlite://{}", path.display()), 2)
+            .await
+            .unwrap();
+        let batch = store
+            .get_batch(&BatchScope::user("u1"), "b1")
+            .await
+            .unwrap()
+            .expect("the batch survives the migration");
+        assert_eq!(batch.execution_spec, serde_json::json!({"model": "m"}));
+        assert_eq!(batch.title, "Old");
+        store.close().await;
+    }
+
+    #[tokio::test]
     async fn an_in_memory_store_reads_its_own_writes() {
         let store = SqliteStore::open("sqlite::memory:", 4).await.unwrap();
         let event = NewEvent::new(

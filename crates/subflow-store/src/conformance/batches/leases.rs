@@ -115,6 +115,75 @@ pub async fn batches_admitted_claims_start_running_in_the_pass(store: Arc<dyn St
     );
 }
 
+/// Outcomes written together: each lands as its single write would, its status at its
+/// index, a stale lease fenced out (`None`) without spoiling the others, both batches'
+/// counts kept; the same list again changes nothing.
+pub async fn batches_finish_attempts_write_each_outcome_at_its_index(store: Arc<dyn Store>) {
+    let a = submit(&*store, new_batch("a", 3, 3, 3, 2)).await.id;
+    let b = submit(&*store, new_batch("b", 1, 1, 1, 1)).await.id;
+    let claims = pass(&*store, &claim(WORKER, 4, LIVE)).await.claimed;
+    assert_eq!(claims.len(), 4);
+    let mut stale = claims[2].lease();
+    stale.lease_owner.push('x');
+    let outcomes = vec![
+        (
+            claims[0].lease(),
+            AttemptOutcome::Succeeded(success("first")),
+        ),
+        (claims[1].lease(), AttemptOutcome::Failed(failure("boom"))),
+        (stale, AttemptOutcome::Succeeded(success("stale"))),
+        (claims[3].lease(), AttemptOutcome::Failed(failure("last"))),
+    ];
+    let statuses = store.finish_attempts(&outcomes).await.expect("finish");
+    assert_eq!(
+        statuses,
+        [
+            Some(BatchItemStatus::Succeeded),
+            Some(BatchItemStatus::Queued),
+            None,
+            Some(BatchItemStatus::Failed),
+        ]
+    );
+    let first = item(&*store, &a, &claims[0].item.id).await;
+    assert_eq!(first.result.as_deref(), Some("first"));
+    assert_eq!(first.token_usage.map(|u| u.total_tokens), Some(15));
+    let second = item(&*store, &a, &claims[1].item.id).await;
+    assert_eq!(second.error.as_deref(), Some("boom"));
+    assert_eq!(second.status, BatchItemStatus::Queued);
+    let third = item(&*store, &a, &claims[2].item.id).await;
+    assert_eq!(
+        third.status,
+        BatchItemStatus::Leased,
+        "the stale write changed nothing"
+    );
+    assert_eq!(
+        batch(&*store, &a).await.counts,
+        counts(0, 1, 1, 0, [1, 0, 0])
+    );
+    let other = batch(&*store, &b).await;
+    assert_eq!(other.status, BatchStatus::Failed);
+    assert_eq!(other.counts, counts(0, 0, 0, 0, [0, 1, 0]));
+    assert_counts_match(&*store, &a).await;
+    assert_counts_match(&*store, &b).await;
+
+    let again = store
+        .finish_attempts(&outcomes)
+        .await
+        .expect("finish again");
+    assert_eq!(again, [None, None, None, None]);
+    assert_eq!(
+        batch(&*store, &a).await.counts,
+        counts(0, 1, 1, 0, [1, 0, 0])
+    );
+    assert!(
+        store
+            .finish_attempts(&[])
+            .await
+            .expect("nothing")
+            .is_empty()
+    );
+}
+
 /// Free slots are shared over the batches in creation order; no free slot still
 /// promotes but leases nothing.
 pub async fn batches_claims_share_free_slots_across_batches_in_creation_order(

@@ -18,9 +18,9 @@ use crate::batches::{
     LEASE_EXPIRED_RETRYING, STOPPED_BEFORE_ADMISSION,
 };
 use crate::{
-    BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope, ClaimPass, ClaimRequest, Error,
-    ItemFailure, ItemLease, ItemQuery, ItemSuccess, ItemUsage, NewBatch, NewItem, NewThread,
-    ReleaseReason, Renewal, RetryOutcome, Store, WorkerHeartbeat,
+    AttemptOutcome, BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope, ClaimPass,
+    ClaimRequest, Error, ItemFailure, ItemLease, ItemQuery, ItemSuccess, ItemUsage, NewBatch,
+    NewItem, NewThread, ReleaseReason, Renewal, RetryOutcome, Store, WorkerHeartbeat,
 };
 
 mod activity;
@@ -45,6 +45,7 @@ macro_rules! batch_conformance_tests {
             batches_a_claim_promotes_up_to_live_and_leases_up_to_running,
             batches_claims_share_free_slots_across_batches_in_creation_order,
             batches_admitted_claims_start_running_in_the_pass,
+            batches_finish_attempts_write_each_outcome_at_its_index,
             batches_paused_batches_give_no_claims_until_resumed,
             batches_successes_complete_the_batch_with_their_results,
             batches_failures_requeue_until_max_attempts_then_fail_the_batch,
