@@ -337,14 +337,25 @@ fn claim_pass(conn: &Connection, request: &ClaimRequest, now: &Now) -> Result<Cl
     for mut batch in batches {
         let before = batch.clone();
         if batch.counts.leased_or_running() > 0 {
-            // Without INDEXED BY, SQLite reads the batch's every item in position order
-            // (the unique (batch_id, position) index) to skip the sort.
-            let sql = format!(
-                "SELECT {ITEM_COLUMNS} FROM subagent_batch_items \
-                 INDEXED BY subagent_batch_items_by_status WHERE batch_id = ? \
-                 AND status IN ('leased', 'running') AND lease_expires_at <= ? ORDER BY position"
-            );
-            for mut item in query_all(conn, &sql, params![batch.id, now.millis], decode_item)? {
+            // One status at a time, so the partial status index is provably usable;
+            // INDEXED BY keeps SQLite from reading the batch's every item in position
+            // order instead.
+            let mut expired = Vec::new();
+            for status in ["leased", "running"] {
+                let sql = format!(
+                    "SELECT {ITEM_COLUMNS} FROM subagent_batch_items \
+                     INDEXED BY subagent_batch_items_unfinished WHERE batch_id = ? \
+                     AND status = '{status}' AND lease_expires_at <= ?"
+                );
+                expired.extend(query_all(
+                    conn,
+                    &sql,
+                    params![batch.id, now.millis],
+                    decode_item,
+                )?);
+            }
+            expired.sort_by_key(|item| item.position);
+            for mut item in expired {
                 machine::recover_expired(&mut batch, &mut item, now);
                 write_item(conn, &item)?;
                 pass.expired += 1;

@@ -49,7 +49,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0004_streams.sql"),
     include_str!("../migrations/0005_batches.sql"),
     include_str!("../migrations/0006_checkpoint_deltas.sql"),
-    include_str!("../migrations/0007_batch_specs.sql"),
+    include_str!("../migrations/0007_batch_writes.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.
@@ -157,8 +157,8 @@ fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
     }
 }
 
-/// One transaction over `group`, each write in its own savepoint: a write that fails
-/// (or panics) is rolled back alone. If SQLite rolls the whole transaction back (a full
+/// One transaction over `group`, each write in its own savepoint (a lone write in none):
+/// a write that fails (or panics) is rolled back alone. If SQLite rolls the whole transaction back (a full
 /// disk, an I/O error) or the commit fails, every write of the group is answered with
 /// that error, and none of them is in the database.
 fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
@@ -172,10 +172,25 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
             .for_each(|job| job.refuse(message.clone()));
         return;
     }
+    // A lone write needs no savepoint (whose journal copies every page it touches): if
+    // it fails, the whole transaction is rolled back.
+    let alone = group.len() == 1;
     let mut replies = Vec::with_capacity(group.len());
     let mut jobs = group.into_iter();
     let mut aborted = None;
     for job in jobs.by_ref() {
+        if alone {
+            let (succeeded, reply) =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(conn)))
+                    .unwrap_or((false, None));
+            if conn.is_autocommit() {
+                aborted = Some("SQLite rolled the write transaction back".to_owned());
+            } else if !succeeded {
+                aborted = Some("the write failed".to_owned());
+            }
+            replies.extend(reply);
+            break;
+        }
         if let Err(error) = run_cached(conn, "SAVEPOINT write_job") {
             job.refuse(format!("a write could not start: {error}"));
             aborted = Some(format!("the write transaction failed: {error}"));
@@ -318,6 +333,9 @@ fn open_writer(target: &Target) -> Result<Connection> {
     configure(&conn).db()?;
     conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)
         .db()?;
+    // The savepoint journals of grouped writes stay in memory instead of spilling to a
+    // temporary file past 64 KiB.
+    conn.pragma_update(None, "temp_store", "MEMORY").db()?;
     // Checkpoint every 8,192 WAL pages (32 MiB) rather than 1,000: each checkpoint
     // fsyncs the database file, and with synchronous=NORMAL those fsyncs are the only
     // ones a write pays.

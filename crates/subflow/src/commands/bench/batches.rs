@@ -1,6 +1,7 @@
 //! `subflow bench batches`: what durability costs. A batch of N items (scripted model, no
 //! delay) runs to completion through the batch worker on SQLite; the same items through
-//! the subagent executor alone, with no store, are the baseline of the same run. Then one
+//! the subagent executor alone, with no store, are the baseline of the same run (three
+//! rounds of each, interleaved; the medians are reported). Then one
 //! claim pass is timed with 100 and with 5,000 items waiting. With `--postgres-url`, a
 //! batch with a 200 ms model delay runs on 1 and then on 3 `subflow worker` processes.
 
@@ -33,8 +34,15 @@ use tokio_util::sync::CancellationToken;
 
 use super::super::UsageError;
 
-/// Executions at once, for the worker and for the baseline alike.
+/// Executions at once, for the worker and for the baseline alike: the ceiling of
+/// `subagent_runtime.max_running`, and the batch's running cap (the default ceiling of
+/// `max_running_items_per_batch`).
 const SLOTS: usize = 64;
+/// The batch's live cap: the default ceiling of `max_live_items_per_batch`.
+const LIVE: usize = 1000;
+/// Worker and baseline runs, interleaved so that both see the machine alike; the
+/// medians are reported.
+const ROUNDS: usize = 3;
 /// Slots of each `subflow worker` process in the PostgreSQL run.
 const WORKER_SLOTS: usize = 8;
 /// Timed claim passes per size.
@@ -70,8 +78,19 @@ pub async fn run(args: BatchesArgs) -> anyhow::Result<()> {
         "bench batches: {} items on SQLite, {SLOTS} at once",
         args.items
     );
-    let (items_per_s, writes_per_item) = worker_run(dir.path(), args.items).await?;
-    let baseline_per_s = executor_run(dir.path(), args.items).await?;
+    let (mut worker, mut baseline, mut writes) = (Vec::new(), Vec::new(), Vec::new());
+    for round in 1..=ROUNDS {
+        let (items_per_s, writes_per_item) = worker_run(dir.path(), args.items, round).await?;
+        let baseline_per_s = executor_run(dir.path(), args.items).await?;
+        eprintln!(
+            "round {round}: worker {items_per_s:.0} items/s, executor alone {baseline_per_s:.0} items/s"
+        );
+        worker.push(items_per_s);
+        baseline.push(baseline_per_s);
+        writes.push(writes_per_item);
+    }
+    let (items_per_s, baseline_per_s) = (median(worker), median(baseline));
+    let writes_per_item = median(writes);
     let claim_100 = claim_p50(dir.path(), 100).await?;
     let claim_5000 = claim_p50(dir.path(), 5000).await?;
     println!(
@@ -134,8 +153,14 @@ fn items(n: usize) -> Vec<NewItem> {
         .collect()
 }
 
-/// A batch of `n` items, all of which may be queued at once, `running` at a time.
-fn new_batch(n: usize, running: usize) -> NewBatch {
+/// The middle value.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
+/// A batch of `n` items, `live` of them queued or running at once, `running` at a time.
+fn new_batch(n: usize, live: usize, running: usize) -> NewBatch {
     NewBatch {
         thread_id: "bench".into(),
         user_id: "bench".into(),
@@ -144,7 +169,7 @@ fn new_batch(n: usize, running: usize) -> NewBatch {
         submission_key: format!("bench:{}", uuid::Uuid::new_v4()),
         title: "Bench".into(),
         subagent_type: "general-purpose".into(),
-        max_live_items: u32::try_from(n).unwrap_or(u32::MAX),
+        max_live_items: u32::try_from(live).unwrap_or(u32::MAX),
         max_running_items: u32::try_from(running).unwrap_or(u32::MAX),
         max_attempts: 3,
         execution_spec: spec().to_value(),
@@ -180,11 +205,12 @@ impl WorkerMetrics for Finished {
 
 /// The batch through the worker on SQLite: items per second from the first claim to the
 /// last outcome, and the store writes it made per item.
-async fn worker_run(dir: &Path, n: usize) -> anyhow::Result<(f64, f64)> {
-    let sqlite: Arc<dyn Store> = Arc::new(sqlite(dir, "bench-worker.db").await?);
+async fn worker_run(dir: &Path, n: usize, round: usize) -> anyhow::Result<(f64, f64)> {
+    let name = format!("bench-worker-{round}.db");
+    let sqlite: Arc<dyn Store> = Arc::new(sqlite(dir, &name).await?);
     let counted = Arc::new(CountingStore::new(sqlite.clone()));
     let runtime = runtime(dir, sqlite, SLOTS)?;
-    counted.submit_batch(new_batch(n, SLOTS)).await?;
+    counted.submit_batch(new_batch(n, LIVE, SLOTS)).await?;
     let finished = Arc::new(Finished {
         succeeded: AtomicU64::new(0),
         other: AtomicU64::new(0),
@@ -248,7 +274,9 @@ async fn executor_run(dir: &Path, n: usize) -> anyhow::Result<f64> {
 /// claim is handed back untimed, so every pass sees the same queue.
 async fn claim_p50(dir: &Path, waiting: usize) -> anyhow::Result<f64> {
     let store = sqlite(dir, &format!("bench-claim-{waiting}.db")).await?;
-    store.submit_batch(new_batch(waiting, SLOTS)).await?;
+    store
+        .submit_batch(new_batch(waiting, waiting, SLOTS))
+        .await?;
     let request = ClaimRequest {
         hostname: "bench".into(),
         worker_id: uuid::Uuid::new_v4().simple().to_string(),
@@ -335,7 +363,7 @@ async fn postgres_run(dir: &Path, url: &str, workers: usize, n: usize) -> anyhow
         .collect::<anyhow::Result<_>>()?;
     let started = Instant::now();
     let batch = store
-        .submit_batch(new_batch(n, WORKER_SLOTS * 3))
+        .submit_batch(new_batch(n, n, WORKER_SLOTS * 3))
         .await?
         .batch;
     let scope = BatchScope::user("bench");
