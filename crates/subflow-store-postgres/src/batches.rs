@@ -7,6 +7,7 @@
 
 mod activity;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,10 +17,10 @@ use sqlx::{PgConnection, Postgres, Transaction};
 use subflow_contracts::{BatchItemStatus, BatchStatus};
 use subflow_store::batches::machine::{self, Now};
 use subflow_store::batches::{
-    ActivityQuery, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord, BatchScope,
-    BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE, ItemFailure,
-    ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted,
-    WorkerHeartbeat,
+    ActivityQuery, AttemptOutcome, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord,
+    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE,
+    ItemFailure, ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome,
+    Submitted, WorkerHeartbeat,
 };
 use subflow_store::streams::millis;
 use subflow_store::{Error, Result, codec};
@@ -766,6 +767,76 @@ impl BatchStore for PostgresStore {
             (status, status.is_some())
         })
         .await
+    }
+
+    /// One transaction: the outcomes' batch rows locked in id order, then their items.
+    async fn finish_attempts(
+        &self,
+        outcomes: &[(ItemLease, AttemptOutcome)],
+    ) -> Result<Vec<Option<BatchItemStatus>>> {
+        if outcomes.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut tx = self.begin().await?;
+        let mut batch_ids: Vec<&str> = outcomes
+            .iter()
+            .map(|(lease, _)| lease.batch_id.as_str())
+            .collect();
+        batch_ids.sort_unstable();
+        batch_ids.dedup();
+        // Each batch as locked, and whether an outcome changed it.
+        let mut batches = HashMap::new();
+        for id in batch_ids {
+            if let Some((batch, now)) = lock_batch(&mut tx, id).await? {
+                batches.insert(id, (batch, now, false));
+            }
+        }
+        // Each item as the outcomes so far left it (a repeat sees the first's write), and
+        // whether one changed it.
+        let mut items: HashMap<&str, (BatchItem, bool)> = HashMap::new();
+        let mut statuses = Vec::with_capacity(outcomes.len());
+        for (lease, outcome) in outcomes {
+            let Some((batch, now, changed)) = batches.get_mut(lease.batch_id.as_str()) else {
+                statuses.push(None);
+                continue;
+            };
+            let (item, item_changed) = match items.get_mut(lease.item_id.as_str()) {
+                Some(item) => item,
+                None => match lock_item(&mut tx, &lease.batch_id, &lease.item_id).await? {
+                    Some(item) => items.entry(lease.item_id.as_str()).or_insert((item, false)),
+                    None => {
+                        statuses.push(None);
+                        continue;
+                    }
+                },
+            };
+            let status = match outcome {
+                AttemptOutcome::Succeeded(success) => {
+                    machine::finish_success(batch, item, lease, success, now)
+                }
+                AttemptOutcome::Failed(failure) => {
+                    machine::finish_failure(batch, item, lease, failure, now)
+                }
+            };
+            *changed |= status.is_some();
+            *item_changed |= status.is_some();
+            statuses.push(status);
+        }
+        let written: Vec<BatchItem> = items
+            .into_values()
+            .filter_map(|(item, changed)| changed.then_some(item))
+            .collect();
+        if written.is_empty() {
+            return rollback(tx, statuses).await;
+        }
+        write_items(&mut tx, &written).await?;
+        for (batch, _, changed) in batches.values() {
+            if *changed {
+                write_batch(&mut tx, batch).await?;
+            }
+        }
+        tx.commit().await.map_err(db)?;
+        Ok(statuses)
     }
 
     async fn finish_failure(

@@ -270,8 +270,12 @@ fn audit_item(changes: &[&ItemChange]) -> Vec<String> {
     }
     let mut holder: Option<&str> = None;
     for change in changes {
+        // A claim is `queued` → `leased`, or `queued` → `running` when the worker held a
+        // slot for it and the pass started it.
+        let claim = change.to_status == "leased"
+            || (change.to_status == "running" && change.from_status == "queued");
         match change.to_status.as_str() {
-            "leased" => {
+            _ if claim => {
                 if change.from_status != "queued" {
                     problems.push(format!("{key}: claimed from {}", change.from_status));
                 }

@@ -116,8 +116,8 @@ pub async fn batches_admitted_claims_start_running_in_the_pass(store: Arc<dyn St
 }
 
 /// Outcomes written together: each lands as its single write would, its status at its
-/// index, a stale lease fenced out (`None`) without spoiling the others, both batches'
-/// counts kept; the same list again changes nothing.
+/// index, a stale lease and a repeat fenced out (`None`) without spoiling the others,
+/// both batches' counts kept; the same list again changes nothing.
 pub async fn batches_finish_attempts_write_each_outcome_at_its_index(store: Arc<dyn Store>) {
     let a = submit(&*store, new_batch("a", 3, 3, 3, 2)).await.id;
     let b = submit(&*store, new_batch("b", 1, 1, 1, 1)).await.id;
@@ -133,6 +133,10 @@ pub async fn batches_finish_attempts_write_each_outcome_at_its_index(store: Arc<
         (claims[1].lease(), AttemptOutcome::Failed(failure("boom"))),
         (stale, AttemptOutcome::Succeeded(success("stale"))),
         (claims[3].lease(), AttemptOutcome::Failed(failure("last"))),
+        (
+            claims[0].lease(),
+            AttemptOutcome::Failed(failure("a repeat in the same call")),
+        ),
     ];
     let statuses = store.finish_attempts(&outcomes).await.expect("finish");
     assert_eq!(
@@ -142,6 +146,7 @@ pub async fn batches_finish_attempts_write_each_outcome_at_its_index(store: Arc<
             Some(BatchItemStatus::Queued),
             None,
             Some(BatchItemStatus::Failed),
+            None,
         ]
     );
     let first = item(&*store, &a, &claims[0].item.id).await;
@@ -170,7 +175,7 @@ pub async fn batches_finish_attempts_write_each_outcome_at_its_index(store: Arc<
         .finish_attempts(&outcomes)
         .await
         .expect("finish again");
-    assert_eq!(again, [None, None, None, None]);
+    assert_eq!(again, [None; 5]);
     assert_eq!(
         batch(&*store, &a).await.counts,
         counts(0, 1, 1, 0, [1, 0, 0])
