@@ -8,7 +8,6 @@
 mod activity;
 
 use std::collections::HashMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,9 +17,9 @@ use subflow_contracts::{BatchItemStatus, BatchStatus};
 use subflow_store::batches::machine::{self, Now};
 use subflow_store::batches::{
     ActivityQuery, AttemptOutcome, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord,
-    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE,
-    ItemFailure, ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome,
-    Submitted, WorkerHeartbeat,
+    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, EXPORT_PAGE, ItemFailure,
+    ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason, Renewal, RetryOutcome, Submitted,
+    WorkerHeartbeat,
 };
 use subflow_store::streams::millis;
 use subflow_store::{Error, Result, codec};
@@ -383,14 +382,7 @@ async fn claim_pass(conn: &mut PgConnection, request: &ClaimRequest) -> Result<C
             write_batch(conn, &batch).await?;
         }
         free -= claimed.len() as u64;
-        if !claimed.is_empty() {
-            let shared = Arc::new(batch.clone());
-            pass.claimed
-                .extend(claimed.into_iter().map(|item| ClaimedItem {
-                    batch: shared.clone(),
-                    item,
-                }));
-        }
+        pass.add_claims(&batch, claimed);
     }
     Ok(pass)
 }

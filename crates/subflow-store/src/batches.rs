@@ -584,6 +584,21 @@ pub struct ClaimPass {
     pub promoted: u64,
 }
 
+impl ClaimPass {
+    /// Adds a batch's claims, sharing one copy of the batch as the pass left it.
+    pub fn add_claims(&mut self, batch: &BatchRecord, claimed: Vec<BatchItem>) {
+        if claimed.is_empty() {
+            return;
+        }
+        let batch = Arc::new(batch.clone());
+        self.claimed
+            .extend(claimed.into_iter().map(|item| ClaimedItem {
+                batch: batch.clone(),
+                item,
+            }));
+    }
+}
+
 /// The fence of a worker write: the item, its batch and the claim's owner.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ItemLease {

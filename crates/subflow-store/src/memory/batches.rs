@@ -3,7 +3,7 @@
 //! one transaction of the SQL backends.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -12,9 +12,9 @@ use subflow_contracts::{BatchItemStatus, BatchStatus};
 use crate::batches::machine::{self, Now};
 use crate::batches::{
     ActivityQuery, ActivityRow, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord,
-    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, ClaimedItem, EXPORT_PAGE,
-    ItemFailure, ItemLease, ItemQuery, ItemSuccess, ReleaseReason, Renewal, RetryOutcome,
-    Submitted, WorkerHeartbeat, fold_activity,
+    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, EXPORT_PAGE, ItemFailure,
+    ItemLease, ItemQuery, ItemSuccess, ReleaseReason, Renewal, RetryOutcome, Submitted,
+    WorkerHeartbeat, fold_activity,
 };
 use crate::streams::millis;
 use crate::{MemoryStore, Result};
@@ -328,14 +328,7 @@ impl BatchStore for MemoryStore {
                 }
             }
             free -= claimed.len() as u64;
-            if !claimed.is_empty() {
-                let shared = Arc::new(batch.clone());
-                pass.claimed
-                    .extend(claimed.into_iter().map(|item| ClaimedItem {
-                        batch: shared.clone(),
-                        item,
-                    }));
-            }
+            pass.add_claims(batch, claimed);
         }
         Ok(pass)
     }
