@@ -263,10 +263,7 @@ impl Worker {
         let mut permits: Vec<OwnedSemaphorePermit> = if self.stopping.load(Ordering::SeqCst) {
             Vec::new()
         } else {
-            let admission = self.shared.runtime.admission();
-            std::iter::from_fn(|| admission.try_admit())
-                .take(free)
-                .collect()
+            self.shared.runtime.admission().reserve_free(free)
         };
         let request = ClaimRequest {
             hostname: self.hostname.clone(),

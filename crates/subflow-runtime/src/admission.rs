@@ -116,10 +116,17 @@ impl Admission {
         }
     }
 
-    /// A free slot now, without queueing: `None` when every slot is taken (or queued
-    /// executions are owed the next ones).
-    pub fn try_admit(&self) -> Option<OwnedSemaphorePermit> {
-        self.slots.clone().try_acquire_owned().ok()
+    /// Up to `max` slots free now, taken without queueing, for a batch claim pass to
+    /// start its claims on (what it does not use it drops at once). None from a
+    /// controller that refuses executions while full (`reject`, or a queue of 0):
+    /// holding its slots even for the moment of a pass could make a task fail.
+    pub fn reserve_free(&self, max: usize) -> Vec<OwnedSemaphorePermit> {
+        if self.config.admission_policy == AdmissionPolicy::Reject || self.config.max_queued == 0 {
+            return Vec::new();
+        }
+        std::iter::from_fn(|| self.slots.clone().try_acquire_owned().ok())
+            .take(max)
+            .collect()
     }
 
     /// `subagent_runtime.max_running`: executions running at once in this process.
@@ -167,6 +174,27 @@ mod tests {
             waiter.await.unwrap();
         }
         assert_eq!(*order.lock().unwrap(), [0, 1, 2]);
+    }
+
+    #[tokio::test]
+    async fn free_slots_are_reserved_only_from_a_controller_that_queues() {
+        let queue = admission(4, 8, AdmissionPolicy::Queue);
+        let _held = queue.admit().await.unwrap();
+        let reserved = queue.reserve_free(8);
+        assert_eq!(reserved.len(), 3, "every free slot, no more");
+        assert!(queue.reserve_free(8).is_empty());
+        drop(reserved);
+        assert_eq!(queue.reserve_free(2).len(), 2);
+        assert!(
+            admission(4, 8, AdmissionPolicy::Reject)
+                .reserve_free(4)
+                .is_empty()
+        );
+        assert!(
+            admission(4, 0, AdmissionPolicy::Queue)
+                .reserve_free(4)
+                .is_empty()
+        );
     }
 
     #[tokio::test(start_paused = true)]
