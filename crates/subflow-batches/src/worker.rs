@@ -315,17 +315,17 @@ impl Worker {
             stopper: stopper.clone(),
             claimed_at: Instant::now(),
             claimed,
-            admitted,
         };
         let item_id = attempt.claimed.item.id.clone();
         let executions = self.handle.0.executions.clone();
         executions.fetch_add(1, Ordering::SeqCst);
         let freed = self.freed.clone();
-        let task = tokio::spawn(attempt.run(Counted {
+        let counted = Counted {
             executions,
             freed,
             ended: false,
-        }));
+        };
+        let task = tokio::spawn(attempt.run(admitted, counted));
         self.local.insert(item_id, Local { stopper, task });
     }
 

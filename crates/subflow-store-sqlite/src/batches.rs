@@ -27,18 +27,26 @@ use subflow_store::{Result, codec};
 
 use crate::{Db, SqliteStore, query_all, query_first, text};
 
-const BATCH_COLUMNS: &str = "id, thread_id, title, subagent_type, status, total_items, \
-     max_live_items, max_running_items, max_attempts, created_at, updated_at, completed_at, \
-     pending_count, queued_count, leased_count, running_count, succeeded_count, failed_count, \
-     cancelled_count, user_id, run_id, tool_call_id, submission_key, \
-     (SELECT execution_spec FROM subagent_batch_specs WHERE batch_id = subagent_batches.id)";
+/// The columns [`decode_batch`] reads, the last one the `execution_spec` as `$spec`.
+macro_rules! batch_columns {
+    ($spec:literal) => {
+        concat!(
+            "id, thread_id, title, subagent_type, status, total_items, max_live_items, \
+             max_running_items, max_attempts, created_at, updated_at, completed_at, \
+             pending_count, queued_count, leased_count, running_count, succeeded_count, \
+             failed_count, cancelled_count, user_id, run_id, tool_call_id, submission_key, ",
+            $spec
+        )
+    };
+}
+
+const BATCH_COLUMNS: &str = batch_columns!(
+    "(SELECT execution_spec FROM subagent_batch_specs WHERE batch_id = subagent_batches.id)"
+);
 
 /// [`BATCH_COLUMNS`] with `NULL` for the `execution_spec`: what a worker write reads,
 /// since none of them looks at the spec.
-const BATCH_STATE_COLUMNS: &str = "id, thread_id, title, subagent_type, status, total_items, \
-     max_live_items, max_running_items, max_attempts, created_at, updated_at, completed_at, \
-     pending_count, queued_count, leased_count, running_count, succeeded_count, failed_count, \
-     cancelled_count, user_id, run_id, tool_call_id, submission_key, NULL";
+const BATCH_STATE_COLUMNS: &str = batch_columns!("NULL");
 
 fn count(row: &Row<'_>, index: usize) -> Result<u64> {
     let value: i64 = row.get(index).db()?;

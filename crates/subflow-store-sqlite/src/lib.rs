@@ -158,9 +158,9 @@ fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
 }
 
 /// One transaction over `group`, each write in its own savepoint (a lone write in none):
-/// a write that fails (or panics) is rolled back alone. If SQLite rolls the whole transaction back (a full
-/// disk, an I/O error) or the commit fails, every write of the group is answered with
-/// that error, and none of them is in the database.
+/// a write that fails (or panics) is rolled back alone. If SQLite rolls the whole
+/// transaction back (a full disk, an I/O error) or the commit fails, every write of the
+/// group is answered with that error, and none of them is in the database.
 fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
     if !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
@@ -179,19 +179,7 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
     let mut jobs = group.into_iter();
     let mut aborted = None;
     for job in jobs.by_ref() {
-        if alone {
-            let (succeeded, reply) =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run(conn)))
-                    .unwrap_or((false, None));
-            if conn.is_autocommit() {
-                aborted = Some("SQLite rolled the write transaction back".to_owned());
-            } else if !succeeded {
-                aborted = Some("the write failed".to_owned());
-            }
-            replies.extend(reply);
-            break;
-        }
-        if let Err(error) = run_cached(conn, "SAVEPOINT write_job") {
+        if !alone && let Err(error) = run_cached(conn, "SAVEPOINT write_job") {
             job.refuse(format!("a write could not start: {error}"));
             aborted = Some(format!("the write transaction failed: {error}"));
             break;
@@ -201,6 +189,13 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
                 .unwrap_or((false, None));
         if conn.is_autocommit() {
             aborted = Some("SQLite rolled the write transaction back".to_owned());
+            replies.extend(reply);
+            break;
+        }
+        if alone {
+            if !succeeded {
+                aborted = Some("the write failed".to_owned());
+            }
             replies.extend(reply);
             break;
         }

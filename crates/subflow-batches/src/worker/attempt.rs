@@ -74,16 +74,14 @@ pub(crate) struct Attempt {
     pub claimed: ClaimedItem,
     pub stopper: Stopper,
     pub claimed_at: Instant,
-    /// The admission slot the claim pass started the item `running` on, if it did.
-    pub admitted: Option<OwnedSemaphorePermit>,
 }
 
 impl Attempt {
-    /// Runs the attempt to its end and counts how it ended; `counted` is let go once the
-    /// execution is over, before the outcome is written.
-    pub async fn run(mut self, mut counted: Counted) {
+    /// Runs the attempt to its end and counts how it ended. `admitted` is the admission
+    /// slot the claim pass started the item `running` on, if it did; `counted` is let go
+    /// once the execution is over, before the outcome is written.
+    pub async fn run(self, admitted: Option<OwnedSemaphorePermit>, mut counted: Counted) {
         let lease = self.claimed.lease();
-        let admitted = self.admitted.take();
         let work = self.work(&lease, admitted);
         tokio::pin!(work);
         let outcome = tokio::select! {
