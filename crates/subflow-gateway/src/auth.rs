@@ -75,10 +75,13 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     }
 }
 
-/// Whether a path needs a caller: everything under `/api` but the OpenAPI document.
-/// `/health` and the web UI's pages are public; the UI sends its token with API calls.
-fn requires_auth(path: &str) -> bool {
-    (path == "/api" || path.starts_with("/api/")) && path != "/api/openapi.json"
+/// Whether a path needs a caller: everything under `/api` but the OpenAPI document and
+/// the setup status (a constant). `/health` and the web UI's pages are public; the UI
+/// sends its token with API calls.
+pub(crate) fn requires_auth(path: &str) -> bool {
+    (path == "/api" || path.starts_with("/api/"))
+        && path != "/api/openapi.json"
+        && path != "/api/v1/auth/setup-status"
 }
 
 /// The middleware: attaches the [`Caller`], or answers 401 `Authentication required`.

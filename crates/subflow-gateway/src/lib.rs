@@ -137,7 +137,7 @@ pub const LOCAL_USER: &str = "default";
 /// Every route, each registered with its OpenAPI operation, which `openapi::document`
 /// reads back: a new route is a handler with `#[utoipa::path]` added here.
 pub(crate) fn api_router() -> OpenApiRouter<AppState> {
-    use routes::{assistants, batches, events, runs, tasks, threads, token_usage};
+    use routes::{account, assistants, batches, events, runs, tasks, threads, token_usage};
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(routes::health))
         .routes(routes!(metrics::get))
@@ -146,6 +146,8 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(batches::find))
         .routes(routes!(openapi::get))
         .routes(routes!(routes::info))
+        .routes(routes!(account::me))
+        .routes(routes!(account::setup_status))
         .routes(routes!(assistants::get))
         .routes(routes!(assistants::graph))
         .routes(routes!(assistants::schemas))

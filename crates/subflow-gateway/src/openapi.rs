@@ -63,7 +63,7 @@ fn authenticated(path: &str, metrics_public: bool) -> bool {
     if path == "/metrics" {
         return !metrics_public;
     }
-    path.starts_with("/api/") && path != "/api/openapi.json"
+    crate::auth::requires_auth(path)
 }
 
 fn error(description: &str) -> Value {

@@ -50,7 +50,9 @@ pub struct Models {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PricedModel {
-    /// The listing.
+    /// The configured name again, as LangGraph-style clients key models by `id`.
+    pub id: String,
+    /// The listing; its `display_name` is never null here (the name when none is set).
     #[serde(flatten)]
     pub listing: ModelListing,
     /// `models[].pricing` (SPEC §7.4); null when unpriced.

@@ -25,7 +25,7 @@ use subflow_store::batches::{
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
-use super::ThreadPath;
+use super::{ThreadPath, paging};
 use crate::auth::{Caller, authorize_thread};
 use crate::batch_progress::{Progress, progress, window_start};
 use crate::extract::{Path, Query};
@@ -277,36 +277,14 @@ async fn load(
         .ok_or_else(not_found)
 }
 
-/// A non-negative integer query parameter, else 422 naming it.
-fn integer(name: &str, raw: Option<&str>, default: u32) -> Result<u32, ApiError> {
-    match raw {
-        None => Ok(default),
-        Some(text) => text.parse::<u32>().map_err(|_| {
-            ApiError::Unprocessable(format!(
-                "{name} must be a non-negative integer, got '{text}'"
-            ))
-        }),
-    }
-}
-
-fn limit(raw: Option<&str>, default: u32, max: u32) -> Result<u32, ApiError> {
-    let limit = integer("limit", raw, default)?;
-    if (1..=max).contains(&limit) {
-        Ok(limit)
-    } else {
-        Err(ApiError::Unprocessable(format!(
-            "limit must be between 1 and {max}, got {limit}"
-        )))
-    }
-}
-
-/// `GET ""` parameters. Numbers are read as text so a bad one is a 422 that names it.
+/// `GET ""` parameters.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Page size, default 20.
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
-    limit: Option<String>,
+    #[param(minimum = 1, maximum = 100)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    limit: Option<u32>,
 }
 
 /// The caller's batches in the thread, newest first; `[]` for an unowned thread.
@@ -327,7 +305,7 @@ pub async fn list(
     let scope = scope(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let query = BatchQuery {
         status: None,
-        limit: limit(params.limit.as_deref(), 20, LIST_MAX_LIMIT)?,
+        limit: paging::limit(params.limit, 20, LIST_MAX_LIMIT)?,
     };
     let batches = state
         .store
@@ -389,20 +367,21 @@ pub async fn find(
     present_one(&state, &scope, batch).await
 }
 
-/// `GET /{batch_id}/items` parameters. Numbers are read as text so a bad one is a 422
-/// that names it.
+/// `GET /{batch_id}/items` parameters.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ItemParams {
     /// Items to skip, default 0.
-    #[param(value_type = Option<u32>)]
-    offset: Option<String>,
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    offset: Option<u32>,
     /// Page size, default 100.
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 500)]
-    limit: Option<String>,
+    #[param(minimum = 1, maximum = 500)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    limit: Option<u32>,
     /// Only items in this status.
     #[param(value_type = Option<BatchItemStatus>)]
-    status: Option<String>,
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    status: Option<BatchItemStatus>,
 }
 
 /// A page of the batch's items in `position` order, without results.
@@ -425,18 +404,10 @@ pub async fn items(
 ) -> Result<Json<Vec<PublicItem>>, ApiError> {
     let scope = scope(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     load(&state, &scope, &batch_id).await?;
-    let status = params
-        .status
-        .as_deref()
-        .map(|text| {
-            text.parse::<BatchItemStatus>()
-                .map_err(|_| ApiError::Unprocessable(UNKNOWN_STATUS.to_owned()))
-        })
-        .transpose()?;
     let query = ItemQuery {
-        status,
-        offset: integer("offset", params.offset.as_deref(), 0)?,
-        limit: limit(params.limit.as_deref(), 100, ITEMS_MAX_LIMIT)?,
+        status: params.status,
+        offset: params.offset.unwrap_or(0),
+        limit: paging::limit(params.limit, 100, ITEMS_MAX_LIMIT)?,
     };
     let items = state
         .store

@@ -13,7 +13,7 @@ use crate::auth::{Caller, authorize_thread};
 use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
-/// The query of `…/events`. Numbers are read as text so a bad one is a 422 that names it.
+/// The query of `…/events`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct EventParams {
@@ -22,20 +22,13 @@ pub struct EventParams {
     /// Only events of this task.
     task_id: Option<String>,
     /// Page size, default 500.
-    #[param(value_type = Option<i64>, minimum = 1, maximum = 2000)]
-    limit: Option<String>,
+    #[param(minimum = 1, maximum = 2000)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    limit: Option<i64>,
     /// Only events with a larger seq.
-    #[param(value_type = Option<i64>, minimum = 1)]
-    after_seq: Option<String>,
-}
-
-fn integer(name: &str, raw: Option<&str>) -> Result<Option<i64>, ApiError> {
-    raw.map(|text| {
-        text.parse::<i64>().map_err(|_| {
-            ApiError::Unprocessable(format!("{name} must be an integer, got '{text}'"))
-        })
-    })
-    .transpose()
+    #[param(minimum = 1)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    after_seq: Option<i64>,
 }
 
 /// One page of a run's events, ascending by `seq`, as a bare array; `[]` for an
@@ -54,13 +47,13 @@ pub async fn list(
     Query(params): Query<EventParams>,
 ) -> Result<Json<Vec<RunEvent>>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
-    let limit = integer("limit", params.limit.as_deref())?.unwrap_or(500);
+    let limit = params.limit.unwrap_or(500);
     if !(1..=i64::from(MAX_PAGE_LIMIT)).contains(&limit) {
         return Err(ApiError::Unprocessable(format!(
             "limit must be between 1 and {MAX_PAGE_LIMIT}, got {limit}"
         )));
     }
-    let after_seq = integer("after_seq", params.after_seq.as_deref())?;
+    let after_seq = params.after_seq;
     if after_seq.is_some_and(|after| after < 1) {
         return Err(ApiError::Unprocessable(
             "after_seq must be at least 1".to_owned(),

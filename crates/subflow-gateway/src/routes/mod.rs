@@ -3,6 +3,7 @@
 //! a routed handler is a documented one. The path and query types here are what the
 //! handlers extract, and what the document's parameters are generated from.
 
+pub mod account;
 pub mod assistants;
 pub mod batches;
 pub mod events;
@@ -20,7 +21,7 @@ use axum::http::StatusCode;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use subflow_contracts::api::meta::{
-    InfoFlags, InfoHost, ModelPricing, PricedModel, TokenUsageShown,
+    InfoFlags, InfoHost, ModelListing, ModelPricing, PricedModel, TokenUsageShown,
 };
 use subflow_contracts::api::{Health, Info, Models};
 use subflow_contracts::ids::is_valid_thread_id;
@@ -68,7 +69,16 @@ pub async fn models(State(state): State<AppState>) -> Json<Models> {
         .models
         .iter()
         .map(|listing| PricedModel {
-            listing: listing.clone(),
+            id: listing.name.clone(),
+            listing: ModelListing {
+                display_name: Some(
+                    listing
+                        .display_name
+                        .clone()
+                        .unwrap_or_else(|| listing.name.clone()),
+                ),
+                ..listing.clone()
+            },
             pricing: state
                 .model_facts
                 .iter()

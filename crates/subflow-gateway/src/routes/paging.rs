@@ -1,6 +1,6 @@
 //! What every list route shares: a documented maximum `limit` (422 above it, and below
-//! 1), integer parameters parsed the same way, and JSON arrays written item by item, so
-//! a list of whole thread states never sits in memory at once.
+//! 1), and JSON arrays written item by item, so a list of whole thread states never sits
+//! in memory at once.
 
 use axum::body::{Body, Bytes};
 use axum::http::header;
@@ -19,18 +19,6 @@ pub const SEARCH_MAX_LIMIT: u32 = 1000;
 /// `…/history`: whole thread states, streamed. 1000 is what LangGraph clients ask for
 /// when they want a thread's whole history.
 pub const HISTORY_MAX_LIMIT: u32 = 1000;
-
-/// A query parameter that must be a non-negative integer, else 422 naming it.
-pub fn integer(name: &str, raw: Option<&str>) -> Result<Option<u32>, ApiError> {
-    raw.map(|text| {
-        text.parse::<u32>().map_err(|_| {
-            ApiError::Unprocessable(format!(
-                "{name} must be a non-negative integer, got '{text}'"
-            ))
-        })
-    })
-    .transpose()
-}
 
 /// `limit`, or `default` when absent; outside `1..=max` is 422.
 pub fn limit(value: Option<u32>, default: u32, max: u32) -> Result<u32, ApiError> {
@@ -96,11 +84,6 @@ mod tests {
                 detail,
                 format!("limit must be between 1 and 100, got {bad}")
             );
-        }
-        assert_eq!(integer("offset", Some("7")).unwrap(), Some(7));
-        assert!(integer("offset", None).unwrap().is_none());
-        for bad in ["-1", "abc", "1.5", "", "99999999999"] {
-            assert!(integer("offset", Some(bad)).is_err(), "{bad}");
         }
     }
 }

@@ -4,8 +4,8 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, RawQuery, State};
-use axum::http::HeaderMap;
-use axum::response::Response;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use subflow_contracts::api::{
@@ -345,7 +345,8 @@ async fn start(
 #[utoipa::path(post, path = "/api/threads/{thread_id}/runs/stream", tag = "runs", params(ThreadPath),
     request_body(content = RunRequest, description = "Every field optional"),
     responses(
-        (status = 200, description = "The run's frames: metadata first, end last, heartbeat comments between", content_type = "text/event-stream", body = RunFrame),
+        (status = 200, description = "The run's frames: metadata first, end last, heartbeat comments between", content_type = "text/event-stream", body = RunFrame,
+            headers(("Content-Location" = String, description = "`/api/threads/{thread_id}/runs/{run_id}`: the new run"))),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 409, description = "The thread has an active run and multitask_strategy is reject", body = ErrorBody),
         (status = 422, description = "Invalid body, thread id or model", body = ErrorBody),
@@ -382,7 +383,17 @@ pub async fn stream(
     };
     // The stream counts as open (`subflow_sse_streams`) until its body ends or is dropped.
     let open = state.metrics.sse_stream();
-    Ok(sse_response(follow, state.heartbeat, on_disconnect, open))
+    let mut response = sse_response(follow, state.heartbeat, on_disconnect, open);
+    response.headers_mut().extend([content_location(&run)]);
+    Ok(response)
+}
+
+/// `Content-Location` of a response that started `run`: the LangGraph JS SDK reads the
+/// run and thread ids only from it (its run-created callback, rejoin keys, Stop).
+fn content_location(run: &RunRecord) -> (HeaderName, HeaderValue) {
+    let path = format!("/api/threads/{}/runs/{}", run.thread_id, run.run_id);
+    let value = HeaderValue::try_from(path).expect("thread and run ids are URL-safe");
+    (header::CONTENT_LOCATION, value)
 }
 
 /// `POST …/runs`: starts a run in the background and answers with its `pending` record.
@@ -390,7 +401,8 @@ pub async fn stream(
 #[utoipa::path(post, path = "/api/threads/{thread_id}/runs", tag = "runs", params(ThreadPath),
     request_body(content = RunRequest, description = "Every field optional"),
     responses(
-        (status = 200, description = "The new run, pending", body = Run),
+        (status = 200, description = "The new run, pending", body = Run,
+            headers(("Content-Location" = String, description = "`/api/threads/{thread_id}/runs/{run_id}`: the new run"))),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 409, description = "The thread has an active run and multitask_strategy is reject", body = ErrorBody),
         (status = 422, description = "Invalid body, thread id or model", body = ErrorBody),
@@ -402,16 +414,20 @@ pub async fn create(
     Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Run>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let Started { run, .. } = start(&state, &caller, &thread_id, trace, &body).await?;
-    Ok(Json(run_body(&run, &state.model_facts)))
+    Ok((
+        [content_location(&run)],
+        Json(run_body(&run, &state.model_facts)),
+    ))
 }
 
 /// `POST …/runs/wait`: starts a run and answers with its final messages.
 #[utoipa::path(post, path = "/api/threads/{thread_id}/runs/wait", tag = "runs", params(ThreadPath),
     request_body(content = RunRequest, description = "Every field optional"),
     responses(
-        (status = 200, description = "The run's final messages", body = StateValues),
+        (status = 200, description = "The run's final messages", body = StateValues,
+            headers(("Content-Location" = String, description = "`/api/threads/{thread_id}/runs/{run_id}`: the new run"))),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 409, description = "The thread has an active run and multitask_strategy is reject", body = ErrorBody),
         (status = 422, description = "Invalid body, thread id or model", body = ErrorBody),
@@ -423,12 +439,12 @@ pub async fn wait(
     Path(ThreadPath { thread_id }): Path<ThreadPath>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<StateValues>, ApiError> {
+) -> Result<impl IntoResponse, ApiError> {
     let Started {
+        run,
         outcome,
         cancel,
         cancel_on_disconnect,
-        ..
     } = start(&state, &caller, &thread_id, trace, &body).await?;
     // Losing the client cancels the run unless the request said `continue`.
     let guard = cancel_on_disconnect.then(|| cancel.drop_guard());
@@ -438,10 +454,11 @@ pub async fn wait(
     if let Some(guard) = guard {
         guard.disarm();
     }
-    Ok(Json(StateValues {
+    let values = StateValues {
         messages: result.messages,
         title: None,
-    }))
+    };
+    Ok(([content_location(&run)], Json(values)))
 }
 
 /// The query of `GET …/runs`.
@@ -449,14 +466,17 @@ pub async fn wait(
 #[into_params(parameter_in = Query)]
 pub struct ListParams {
     /// Page size, default 10, 1-100.
-    #[param(value_type = Option<i64>, minimum = 1, maximum = 100)]
-    limit: Option<String>,
+    #[param(minimum = 1, maximum = 100)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    limit: Option<u32>,
     /// Runs to skip.
-    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
-    offset: Option<String>,
-    /// Only runs with this status; empty means all.
+    #[param(minimum = 0, maximum = 4294967295_i64)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    offset: Option<u32>,
+    /// Only runs with this status; absent means all.
     #[param(value_type = Option<RunStatus>)]
-    status: Option<String>,
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    status: Option<RunStatus>,
 }
 
 /// `GET …/runs?limit=10&offset=0&status=`: newest first, at most
@@ -475,17 +495,9 @@ pub async fn list(
     Query(params): Query<ListParams>,
 ) -> Result<Json<Vec<Run>>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
-    let limit = paging::integer("limit", params.limit.as_deref())?;
-    let limit = paging::limit(limit, 10, paging::RUNS_MAX_LIMIT)?;
-    let offset = paging::integer("offset", params.offset.as_deref())?.unwrap_or(0);
-    let status = params
-        .status
-        .filter(|s| !s.is_empty())
-        .map(|s| {
-            s.parse::<RunStatus>()
-                .map_err(|e| ApiError::Unprocessable(e.to_string()))
-        })
-        .transpose()?;
+    let limit = paging::limit(params.limit, 10, paging::RUNS_MAX_LIMIT)?;
+    let offset = params.offset.unwrap_or(0);
+    let status = params.status;
     if owned.is_none() {
         return Ok(Json(Vec::new()));
     }
@@ -520,11 +532,13 @@ pub async fn get(
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct CancelParams {
-    /// Answer once the run has stopped; default false.
+    /// Answer once the run has stopped; default false (`true|false|1|0`).
+    #[serde(default, deserialize_with = "crate::extract::value")]
     wait: Option<bool>,
     /// `interrupt` (default) or `rollback`.
     #[param(value_type = Option<CancelAction>)]
-    action: Option<String>,
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    action: Option<CancelAction>,
 }
 
 /// `POST …/runs/{run_id}/cancel?wait=false&action=interrupt|rollback`: 202, empty body.
@@ -543,14 +557,7 @@ pub async fn cancel(
     Query(params): Query<CancelParams>,
 ) -> Result<axum::http::StatusCode, ApiError> {
     authorize_run(&state, &caller, Permission::RunsWrite, &thread_id, &run_id).await?;
-    let action = match params.action.as_deref() {
-        None => CancelAction::Interrupt,
-        Some(text) => text.parse().map_err(|_| {
-            ApiError::Unprocessable(format!(
-                "action must be 'interrupt' or 'rollback', got '{text}'"
-            ))
-        })?,
-    };
+    let action = params.action.unwrap_or(CancelAction::Interrupt);
     let rollback = action == CancelAction::Rollback;
     let finish = {
         let state = state.clone();

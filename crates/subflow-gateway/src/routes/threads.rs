@@ -258,8 +258,9 @@ pub async fn state(
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
     /// Page size, default 10, 1-1000.
-    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000)]
-    limit: Option<String>,
+    #[param(minimum = 1, maximum = 1000)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    limit: Option<u32>,
     /// A checkpoint id to page before.
     before: Option<String>,
 }
@@ -385,7 +386,7 @@ pub async fn history_get(
 ) -> Result<Response, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
     let request = HistoryRequest {
-        limit: paging::integer("limit", query.limit.as_deref())?,
+        limit: query.limit,
         before: query.before.map(Value::String),
     };
     history(&state, thread, request).await

@@ -25,7 +25,8 @@ const PAGE: u32 = 5_000;
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct UsageParams {
-    /// Also count running runs through their snapshots; default false.
+    /// Also count running runs through their snapshots; default false (`true|false|1|0`).
+    #[serde(default, deserialize_with = "crate::extract::value")]
     include_active: Option<bool>,
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
-use axum::http::{HeaderMap, header};
+use axum::http::{HeaderMap, HeaderName, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use subflow_contracts::api::StreamMode;
@@ -93,15 +93,8 @@ impl RejoinParams {
                     modes.extend(value.split(',').filter(|m| !m.is_empty()));
                 }
                 "cancel_on_disconnect" => {
-                    params.cancel_on_disconnect = match value {
-                        "true" | "True" | "1" => true,
-                        "false" | "False" | "0" => false,
-                        other => {
-                            return Err(ApiError::Unprocessable(format!(
-                                "cancel_on_disconnect must be true or false, got '{other}'"
-                            )));
-                        }
-                    };
+                    params.cancel_on_disconnect =
+                        crate::extract::parse_value("cancel_on_disconnect", value)?;
                 }
                 _ => {}
             }
@@ -564,9 +557,12 @@ pub(crate) fn sse_response(
         Some((Ok::<_, Infallible>(bytes), state))
     });
     (
+        // `no-transform` and `X-Accel-Buffering: no` keep a compressing or buffering proxy
+        // (Next.js rewrites, nginx) from holding frames back until the run ends.
         [
             (header::CONTENT_TYPE, "text/event-stream"),
-            (header::CACHE_CONTROL, "no-cache"),
+            (header::CACHE_CONTROL, "no-cache, no-transform"),
+            (HeaderName::from_static("x-accel-buffering"), "no"),
         ],
         Body::from_stream(frames),
     )

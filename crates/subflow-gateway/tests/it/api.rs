@@ -401,6 +401,31 @@ async fn cross_origin_writes_are_refused_in_local_mode() {
         .await
         .unwrap();
     assert_eq!(own.status(), 200, "the gateway's own origin may write");
+    // A local proxy (a Next.js server on another port) keeps its page's origin.
+    for origin in [
+        "http://localhost:3000",
+        "http://127.0.0.1:5173",
+        "http://[::1]:3000",
+    ] {
+        let proxied = app
+            .client
+            .post(app.url("/api/threads/search"))
+            .header("origin", origin)
+            .json(&json!({}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(proxied.status(), 200, "{origin} is a loopback origin");
+    }
+    let lookalike = app
+        .client
+        .post(app.url("/api/threads/search"))
+        .header("origin", "http://localhost.evil.example:3000")
+        .json(&json!({}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(lookalike.status(), 403);
     let read = app
         .client
         .get(app.url("/api/threads/t-origin"))
