@@ -643,8 +643,9 @@ pub async fn rejoin(
     RawQuery(query): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
+    // The query is checked first, as the shared extractor checks every other route's.
     let params = RejoinParams::parse(query.as_deref())?;
+    authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
     let cursor = last_event_id(&headers)?;
     if let Some(cursor) = cursor {
         check_cursor(&state.streams, &*state.store, &run_id, cursor).await?;

@@ -20,11 +20,19 @@ async fn the_demo_run_streams_metadata_first_every_task_event_and_end_last() {
         .await;
     assert_eq!(streamed.status, 200, "{}", streamed.text);
     assert_eq!(streamed.headers["content-type"], "text/event-stream");
+    // A compressing or buffering proxy must pass the frames through as they come.
+    assert_eq!(streamed.headers["cache-control"], "no-cache, no-transform");
+    assert_eq!(streamed.headers["x-accel-buffering"], "no");
     assert_eq!(trace_ids(&streamed.headers).len(), 1);
     let frames = &streamed.frames;
     assert_eq!(frames.first().unwrap().event, "metadata");
     let run_id = frames[0].data["run_id"].as_str().unwrap().to_owned();
     assert_eq!(frames[0].data["thread_id"], "t-demo");
+    // The LangGraph JS SDK reads the new run's ids only from Content-Location.
+    assert_eq!(
+        streamed.headers["content-location"],
+        format!("/api/threads/t-demo/runs/{run_id}").as_str()
+    );
     assert_eq!(frames.last().unwrap().event, "end");
     assert_eq!(frames.last().unwrap().data, Value::Null);
     let ids: Vec<u64> = frames
@@ -541,4 +549,97 @@ async fn a_run_asking_for_an_unknown_model_is_a_422_that_names_the_configured_on
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+}
+
+/// A value of the wrong type for a typed parameter's schema (a `$ref`, or a nullable
+/// `oneOf`, followed); `None` for free text.
+fn wrong_value(document: &Value, schema: &Value) -> Option<&'static str> {
+    if let Some(reference) = schema["$ref"].as_str() {
+        let name = reference.rsplit('/').next().unwrap();
+        return wrong_value(document, &document["components"]["schemas"][name]);
+    }
+    for key in ["oneOf", "anyOf", "allOf"] {
+        if let Some(wrong) = schema[key]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find_map(|branch| wrong_value(document, branch))
+        {
+            return Some(wrong);
+        }
+    }
+    if schema.get("enum").is_some() || schema["items"].get("enum").is_some() {
+        return Some("no-such-value");
+    }
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(one) => vec![one.as_str()],
+        Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if types.contains(&"integer") {
+        Some("1.5x")
+    } else if types.contains(&"boolean") {
+        Some("maybe")
+    } else {
+        None
+    }
+}
+
+/// Every query parameter of the document that is a number, a boolean or an enum, on
+/// every route: an empty value and a wrong-typed one are both 422 naming the parameter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_typed_query_parameter_refuses_empty_and_wrong_values_by_name() {
+    let app = spawn_app().await;
+    let (status, _, document) = app.get_json("/api/openapi.json").await;
+    assert_eq!(status, 200);
+    let mut checked = Vec::new();
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let parameters = operation["parameters"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for parameter in parameters.iter().filter(|p| p["in"] == "query") {
+                let name = parameter["name"].as_str().unwrap();
+                let Some(wrong) = wrong_value(&document, &parameter["schema"]) else {
+                    continue;
+                };
+                let concrete = path
+                    .replace("{thread_id}", "t-query")
+                    .replace("{run_id}", "r-query")
+                    .replace("{batch_id}", "subagent-batch-query")
+                    .replace("{item_id}", "batch-item-query");
+                for value in ["", wrong] {
+                    let url = app.url(&format!("{concrete}?{name}={value}"));
+                    let response = app
+                        .client
+                        .request(method.to_uppercase().parse().unwrap(), url)
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = response.status().as_u16();
+                    let body: Value = response.json().await.unwrap();
+                    let detail = body["detail"].as_str().unwrap_or_default();
+                    assert_eq!(status, 422, "{method} {path}?{name}={value}: {body}");
+                    assert!(
+                        detail.contains(name),
+                        "{method} {path}?{name}={value}: {detail}"
+                    );
+                }
+                checked.push(format!("{method} {path} {name}"));
+            }
+        }
+    }
+    // The document's typed parameters: limits, offsets, cursors, statuses, flags.
+    assert!(checked.len() >= 12, "{checked:#?}");
+    assert!(
+        checked.iter().any(|c| c.ends_with("/cancel wait")),
+        "{checked:#?}"
+    );
+    for typed in ["/runs status", "/cancel action", "/items status"] {
+        assert!(
+            checked.iter().any(|c| c.ends_with(typed)),
+            "{typed}: {checked:#?}"
+        );
+    }
 }
