@@ -76,4 +76,13 @@ fn the_langgraph_sdk_streams_the_demo_run_reads_state_and_joins() {
         seen["joined_messages"].as_u64().unwrap() as usize,
         messages.len()
     );
+    // `runs.cancel(wait=True)` and `wait=False` are accepted (the SDK raises on a 422)
+    // and each run ends.
+    for wait in ["true", "false"] {
+        let status = seen["cancelled"][wait].as_str().unwrap();
+        assert!(
+            ["interrupted", "success"].contains(&status),
+            "cancel(wait={wait}) left the run {status}"
+        );
+    }
 }

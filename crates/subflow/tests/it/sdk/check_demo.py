@@ -24,12 +24,25 @@ async def main(url: str) -> None:
     state = await client.threads.get_state(thread_id)
     runs = await client.runs.list(thread_id)
     joined = await client.runs.join(thread_id, runs[0]["run_id"])
+    # runs.cancel sends wait=1 / wait=0 as query booleans.
+    cancelled = {}
+    for wait in (True, False):
+        run = await client.runs.create(
+            thread_id,
+            "lead_agent",
+            input={"messages": [{"role": "user", "content": "Compare two caches"}]},
+        )
+        await client.runs.cancel(thread_id, run["run_id"], wait=wait)
+        await client.runs.join(thread_id, run["run_id"])
+        ended = await client.runs.get(thread_id, run["run_id"])
+        cancelled[str(wait).lower()] = ended["status"]
     print(json.dumps({
         "frames": frames,
         "task_events": task_events,
         "state_messages": state["values"]["messages"],
         "run_status": runs[0]["status"],
         "joined_messages": len(joined["messages"]),
+        "cancelled": cancelled,
     }))
 
 
