@@ -409,11 +409,13 @@ async fn cross_origin_writes_are_refused_in_local_mode() {
         .await
         .unwrap();
     assert_eq!(own.status(), 200, "the gateway's own origin may write");
-    // A local proxy (a Next.js server on another port) keeps its page's origin.
-    for origin in [
-        "http://localhost:3000",
-        "http://127.0.0.1:5173",
-        "http://[::1]:3000",
+    // A local proxy (a Next.js server on another port) keeps its page's origin; a host
+    // that only starts like a loopback name is a stranger.
+    for (origin, expected) in [
+        ("http://localhost:3000", 200),
+        ("http://127.0.0.1:5173", 200),
+        ("http://[::1]:3000", 200),
+        ("http://localhost.evil.example:3000", 403),
     ] {
         let proxied = app
             .client
@@ -423,17 +425,8 @@ async fn cross_origin_writes_are_refused_in_local_mode() {
             .send()
             .await
             .unwrap();
-        assert_eq!(proxied.status(), 200, "{origin} is a loopback origin");
+        assert_eq!(proxied.status(), expected, "{origin}");
     }
-    let lookalike = app
-        .client
-        .post(app.url("/api/threads/search"))
-        .header("origin", "http://localhost.evil.example:3000")
-        .json(&json!({}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(lookalike.status(), 403);
     let read = app
         .client
         .get(app.url("/api/threads/t-origin"))
