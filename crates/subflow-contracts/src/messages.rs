@@ -242,6 +242,26 @@ impl Message {
     }
 }
 
+/// The longest fallback title, in characters, before `...`.
+pub const FALLBACK_TITLE_CHARS: usize = 50;
+
+/// A thread's title when none was set: the first human message's text, trimmed, cut to
+/// [`FALLBACK_TITLE_CHARS`] characters (and trimmed again) with `...` when longer; `None`
+/// without a human message with text.
+pub fn fallback_title(messages: &[Message]) -> Option<String> {
+    let first = messages.iter().find(|m| matches!(m, Message::Human(_)))?;
+    let text = first.text();
+    let text = text.trim();
+    if text.is_empty() {
+        return None;
+    }
+    if text.chars().count() <= FALLBACK_TITLE_CHARS {
+        return Some(text.to_owned());
+    }
+    let cut: String = text.chars().take(FALLBACK_TITLE_CHARS).collect();
+    Some(format!("{}...", cut.trim_end()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,5 +324,35 @@ mod tests {
         assert!(
             serde_json::from_value::<Message>(json!({"type": "robot", "content": ""})).is_err()
         );
+    }
+
+    #[test]
+    fn the_fallback_title_is_the_first_human_text_trimmed_and_cut_at_50() {
+        let exactly = "x".repeat(50);
+        let long = format!("{} tail", "y".repeat(49));
+        for (messages, title) in [
+            (
+                vec![Message::human("  Compare Rust and Go \n")],
+                Some("Compare Rust and Go".to_owned()),
+            ),
+            (vec![Message::human(exactly.clone())], Some(exactly)),
+            // 49 y, a space: cut at 50 characters, the trailing space trimmed, then `...`.
+            (
+                vec![Message::human(long)],
+                Some(format!("{}...", "y".repeat(49))),
+            ),
+            (
+                vec![Message::human("é".repeat(60))],
+                Some(format!("{}...", "é".repeat(50))),
+            ),
+            (
+                vec![Message::system("sys"), Message::human("second")],
+                Some("second".to_owned()),
+            ),
+            (vec![Message::human("   ")], None),
+            (vec![Message::system("only a system prompt")], None),
+        ] {
+            assert_eq!(fallback_title(&messages), title);
+        }
     }
 }

@@ -137,7 +137,9 @@ pub const LOCAL_USER: &str = "default";
 /// Every route, each registered with its OpenAPI operation, which `openapi::document`
 /// reads back: a new route is a handler with `#[utoipa::path]` added here.
 pub(crate) fn api_router() -> OpenApiRouter<AppState> {
-    use routes::{account, assistants, batches, events, runs, tasks, threads, token_usage};
+    use routes::{
+        account, assistants, batches, events, messages, runs, tasks, threads, token_usage,
+    };
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(routes!(routes::health))
         .routes(routes!(metrics::get))
@@ -154,8 +156,9 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(assistants::search))
         .routes(routes!(threads::create))
         .routes(routes!(threads::search))
-        .routes(routes!(threads::get, threads::delete))
-        .routes(routes!(threads::state))
+        .routes(routes!(threads::get, threads::delete, threads::patch))
+        .routes(routes!(threads::state, threads::update_state))
+        .routes(routes!(messages::page))
         .routes(routes!(token_usage::get))
         .routes(routes!(threads::history_get, threads::history_post))
         .routes(routes!(runs::list, runs::create))

@@ -464,6 +464,7 @@ impl Pump {
             stop_reason: None,
             error: Some(error),
             messages: Vec::new(),
+            title: None,
             usage: RunUsage::default(),
         }
     }

@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime};
 use futures::future::join_all;
 use serde_json::{Map, Value, json};
 use subflow_contracts::RunStopReason;
-use subflow_contracts::messages::{AiMessage, Message, ToolMessage};
+use subflow_contracts::messages::{AiMessage, Message, ToolMessage, fallback_title};
 use subflow_contracts::task_result::TokenUsage;
 use subflow_models::{ChatRequest, assemble};
 use subflow_store::NewCheckpoint;
@@ -42,6 +42,9 @@ pub(crate) struct Lead<'a> {
     pub run: &'a Arc<RunContext>,
     pub guards: Guards,
     pub messages: Vec<Message>,
+    /// The thread's title: the one its state holds, else the fallback of its first human
+    /// message once there is one.
+    pub title: Option<String>,
     pub stop_reason: Option<RunStopReason>,
     pub checkpoint_id: Option<String>,
     /// The latest checkpoint, while the store has refused it: the run stores it before
@@ -325,7 +328,13 @@ impl Lead<'_> {
     /// Writes a checkpoint of the current messages and emits `values`.
     pub async fn checkpoint(&mut self) {
         self.step += 1;
-        let values = json!({"messages": self.messages});
+        if self.title.is_none() {
+            self.title = fallback_title(&self.messages);
+        }
+        let values = match &self.title {
+            Some(title) => json!({"messages": self.messages, "title": title}),
+            None => json!({"messages": self.messages}),
+        };
         let checkpoint_id = Uuid::now_v7().to_string();
         let mut metadata = Map::new();
         metadata.insert("deerflow_trace_id".into(), json!(self.run.trace_id));

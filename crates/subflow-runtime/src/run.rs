@@ -61,6 +61,8 @@ pub struct RunResult {
     pub error: Option<String>,
     /// The thread's messages at the end.
     pub messages: Vec<Message>,
+    /// The thread's title at the end.
+    pub title: Option<String>,
     /// The run's token rollups.
     pub usage: RunUsage,
 }
@@ -203,19 +205,23 @@ impl Runtime {
             }
         }
 
-        let mut history = match self.store.latest_checkpoint(&run.thread_id).await {
-            Ok(Some(checkpoint)) => checkpoint
-                .values
-                .get("messages")
-                .cloned()
-                .and_then(|m| serde_json::from_value::<Vec<Message>>(m).ok())
-                .unwrap_or_default(),
-            Ok(None) => Vec::new(),
+        let latest = match self.store.latest_checkpoint(&run.thread_id).await {
+            Ok(latest) => latest.map(|checkpoint| checkpoint.values),
             Err(error) => {
                 tracing::error!(%error, "loading the thread's checkpoint failed");
-                Vec::new()
+                None
             }
         };
+        let mut history = latest
+            .as_ref()
+            .and_then(|values| values.get("messages").cloned())
+            .and_then(|m| serde_json::from_value::<Vec<Message>>(m).ok())
+            .unwrap_or_default();
+        let title = latest
+            .as_ref()
+            .and_then(|values| values.get("title"))
+            .and_then(|title| title.as_str())
+            .map(str::to_owned);
         // Messages checkpointed before every message had an id get theirs now.
         history.iter_mut().for_each(|message| {
             message.ensure_id();
@@ -230,6 +236,7 @@ impl Runtime {
                 self.metrics.clone(),
             ),
             messages: history,
+            title,
             stop_reason: None,
             checkpoint_id: None,
             unstored: None,
@@ -374,6 +381,7 @@ impl Runtime {
             stop_reason,
             error,
             messages: lead.messages,
+            title: lead.title,
             usage,
         }
     }

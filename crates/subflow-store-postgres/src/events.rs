@@ -92,17 +92,24 @@ impl EventStore for PostgresStore {
         self.read_task_summaries(thread_id, run_id).await
     }
 
-    async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {
+    async fn list_messages(
+        &self,
+        thread_id: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>> {
         let rows = sqlx::query(concat!(
             select_events!(),
-            " WHERE thread_id = $1 AND category = $2 ORDER BY seq"
+            " WHERE thread_id = $1 AND category = $2 AND seq < $3 ORDER BY seq DESC LIMIT $4"
         ))
         .bind(thread_id)
         .bind(EventCategory::Message.as_str())
+        .bind(before_seq.unwrap_or(i64::MAX))
+        .bind(i64::from(limit))
         .fetch_all(self.pool())
         .await
         .map_err(Error::backend)?;
-        rows.iter().map(event_from_row).collect()
+        rows.iter().rev().map(event_from_row).collect()
     }
 }
 

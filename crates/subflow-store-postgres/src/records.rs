@@ -86,6 +86,39 @@ impl RecordStore for PostgresStore {
         Ok(search.page(newest_first))
     }
 
+    async fn update_thread_metadata(
+        &self,
+        thread_id: &str,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<ThreadRecord>> {
+        // Merged in Rust under the row lock, so the stored text keeps serde_json's form.
+        let mut tx = self.pool().begin().await.map_err(Error::backend)?;
+        let row = sqlx::query(concat!(
+            select_threads!(),
+            " WHERE thread_id = $1 FOR UPDATE"
+        ))
+        .bind(thread_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(Error::backend)?;
+        let Some(mut thread) = row.as_ref().map(thread_from_row).transpose()? else {
+            return Ok(None);
+        };
+        thread
+            .metadata
+            .extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+        thread.updated_at = now_rfc3339();
+        sqlx::query("UPDATE threads SET metadata = $2, updated_at = $3 WHERE thread_id = $1")
+            .bind(thread_id)
+            .bind(object_text(&thread.metadata))
+            .bind(&thread.updated_at)
+            .execute(&mut *tx)
+            .await
+            .map_err(Error::backend)?;
+        tx.commit().await.map_err(Error::backend)?;
+        Ok(Some(thread))
+    }
+
     async fn set_thread_status(&self, thread_id: &str, status: ThreadStatus) -> Result<bool> {
         let updated =
             sqlx::query("UPDATE threads SET status = $2, updated_at = $3 WHERE thread_id = $1")

@@ -175,13 +175,25 @@ impl EventStore for SqliteStore {
         self.read_task_summaries(thread_id, run_id).await
     }
 
-    async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {
+    async fn list_messages(
+        &self,
+        thread_id: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>> {
         let thread_id = thread_id.to_owned();
-        self.read(move |conn| {
-            let sql = format!("{SELECT_EVENTS}thread_id = ? AND category = 'message' ORDER BY seq");
-            query_all(conn, &sql, [thread_id], decode_event)
-        })
-        .await
+        let before = before_seq.unwrap_or(i64::MAX);
+        let mut rows = self
+            .read(move |conn| {
+                let sql = format!(
+                    "{SELECT_EVENTS}thread_id = ? AND category = 'message' AND seq < ? \
+                     ORDER BY seq DESC LIMIT ?"
+                );
+                query_all(conn, &sql, params![thread_id, before, limit], decode_event)
+            })
+            .await?;
+        rows.reverse();
+        Ok(rows)
     }
 }
 

@@ -644,7 +644,7 @@ mod tests {
             .unwrap();
         assert_eq!(rows.len(), 1);
         store.close().await;
-        assert!(store.list_messages("t1").await.is_err());
+        assert!(store.list_messages("t1", None, 10).await.is_err());
     }
 
     #[tokio::test]

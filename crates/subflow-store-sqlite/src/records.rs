@@ -127,6 +127,39 @@ impl RecordStore for SqliteStore {
         Ok(search.page(threads))
     }
 
+    async fn update_thread_metadata(
+        &self,
+        thread_id: &str,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<ThreadRecord>> {
+        let thread_id = thread_id.to_owned();
+        let patch = metadata.clone();
+        let now = now_rfc3339();
+        self.write(move |conn| {
+            let sql = format!("SELECT {THREAD_COLUMNS} FROM threads WHERE thread_id = ?");
+            let found = {
+                let mut statement = conn.prepare_cached(&sql).db()?;
+                let mut rows = statement.query([&thread_id]).db()?;
+                rows.next().db()?.map(decode_thread).transpose()?
+            };
+            let Some(mut thread) = found else {
+                return Ok(None);
+            };
+            thread.metadata.extend(patch);
+            thread.updated_at = now;
+            let text =
+                serde_json::to_string(&thread.metadata).expect("a JSON map always serialises");
+            conn.prepare_cached(
+                "UPDATE threads SET metadata = ?, updated_at = ? WHERE thread_id = ?",
+            )
+            .db()?
+            .execute(params![text, thread.updated_at, thread_id])
+            .db()?;
+            Ok(Some(thread))
+        })
+        .await
+    }
+
     async fn set_thread_status(&self, thread_id: &str, status: ThreadStatus) -> Result<bool> {
         let thread_id = thread_id.to_owned();
         let now = now_rfc3339();

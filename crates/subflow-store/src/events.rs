@@ -98,8 +98,14 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     /// One page of a run's events, ascending by `seq`.
     async fn list_events(&self, query: &EventQuery) -> Result<Vec<RunEvent>>;
 
-    /// Every `message`-category record of a thread, ascending by `seq`.
-    async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>>;
+    /// The newest `limit` `message`-category records of a thread with a `seq` below
+    /// `before_seq` (all of them when `None`), ascending by `seq`.
+    async fn list_messages(
+        &self,
+        thread_id: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>>;
 
     /// One summary per task of a run, in the order of each task's first record, from
     /// its `subagent.*` records in one query (SPEC §6.1); `[]` for an unknown run.

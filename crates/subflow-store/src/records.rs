@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use subflow_contracts::api::{SortOrder, ThreadSortBy};
 use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
 
 pub use subflow_contracts::api::ModelUsage;
@@ -39,15 +40,22 @@ pub struct ThreadRecord {
     pub updated_at: String,
 }
 
-/// A search over one owner's threads, newest first.
+/// A search over one owner's threads, most recently updated first unless it says
+/// otherwise.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ThreadSearch {
     /// Only this owner's threads.
     pub owner: String,
+    /// Only threads with one of these ids.
+    pub ids: Option<Vec<String>>,
     /// Threads whose metadata holds every one of these key/value pairs.
     pub metadata: Map<String, Value>,
     /// Only threads with this status.
     pub status: Option<ThreadStatus>,
+    /// What the threads are sorted by.
+    pub sort_by: ThreadSortBy,
+    /// Which way.
+    pub sort_order: SortOrder,
     /// Page size.
     pub limit: u32,
     /// Threads to skip.
@@ -55,33 +63,65 @@ pub struct ThreadSearch {
 }
 
 impl ThreadSearch {
-    /// The first `limit` threads of `owner`.
+    /// The first `limit` threads of `owner`, most recently updated first.
     pub fn owner(owner: impl Into<String>, limit: u32) -> Self {
         ThreadSearch {
             owner: owner.into(),
+            ids: None,
             metadata: Map::new(),
             status: None,
+            sort_by: ThreadSortBy::UpdatedAt,
+            sort_order: SortOrder::Desc,
             limit,
             offset: 0,
         }
     }
 
-    /// Whether a thread's metadata contains every filter pair.
-    pub fn metadata_matches(&self, thread: &ThreadRecord) -> bool {
-        self.metadata
-            .iter()
-            .all(|(key, value)| thread.metadata.get(key) == Some(value))
+    /// Whether a thread passes the id and metadata filters.
+    pub fn matches(&self, thread: &ThreadRecord) -> bool {
+        self.ids
+            .as_ref()
+            .is_none_or(|ids| ids.contains(&thread.thread_id))
+            && self
+                .metadata
+                .iter()
+                .all(|(key, value)| thread.metadata.get(key) == Some(value))
     }
 
-    /// Applies the metadata filter, offset and limit to an owner's threads that are
-    /// already status-filtered and sorted newest first.
+    /// Applies the id and metadata filters, the order, offset and limit to an owner's
+    /// threads that are already status-filtered and sorted newest first (threads that
+    /// tie keep that order, or its reverse when ascending).
     pub fn page(&self, newest_first: Vec<ThreadRecord>) -> Vec<ThreadRecord> {
-        newest_first
+        let mut threads: Vec<ThreadRecord> = newest_first
             .into_iter()
-            .filter(|thread| self.metadata_matches(thread))
+            .filter(|thread| self.matches(thread))
+            .collect();
+        if self.sort_order == SortOrder::Asc {
+            threads.reverse();
+        }
+        threads.sort_by(|a, b| {
+            let (a, b) = (sort_key(self.sort_by, a), sort_key(self.sort_by, b));
+            match self.sort_order {
+                SortOrder::Asc => a.cmp(b),
+                SortOrder::Desc => b.cmp(a),
+            }
+        });
+        threads
+            .into_iter()
             .skip(self.offset as usize)
             .take(self.limit as usize)
             .collect()
+    }
+}
+
+/// The text a thread sorts by: timestamps are fixed-width RFC 3339, so text order is
+/// time order.
+fn sort_key(by: ThreadSortBy, thread: &ThreadRecord) -> &str {
+    match by {
+        ThreadSortBy::ThreadId => &thread.thread_id,
+        ThreadSortBy::Status => thread.status.as_str(),
+        ThreadSortBy::CreatedAt => &thread.created_at,
+        ThreadSortBy::UpdatedAt => &thread.updated_at,
     }
 }
 
@@ -188,6 +228,14 @@ pub trait RecordStore: Send + Sync + std::fmt::Debug {
 
     /// One owner's threads, newest first.
     async fn search_threads(&self, search: &ThreadSearch) -> Result<Vec<ThreadRecord>>;
+
+    /// Merges `metadata` into a thread's metadata (a key's new value replaces its old
+    /// one) and touches its `updated_at`; `None` when the thread does not exist.
+    async fn update_thread_metadata(
+        &self,
+        thread_id: &str,
+        metadata: &Map<String, Value>,
+    ) -> Result<Option<ThreadRecord>>;
 
     /// Sets a thread's status; false when the thread does not exist.
     async fn set_thread_status(&self, thread_id: &str, status: ThreadStatus) -> Result<bool>;

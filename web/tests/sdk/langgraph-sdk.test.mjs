@@ -221,3 +221,101 @@ test("measures the demo run's SSE bytes without values against with values", asy
       `["values","messages-tuple","custom"] ${withValues}, ratio ${(deerflow / withValues).toFixed(3)}`,
   );
 });
+
+// What the reference's web app does with the SDK beyond streaming: the run and thread ids
+// of a new stream from Content-Location (onRunCreated), the rejoin after a reload, the
+// sidebar's sorted and selected search, renames, and Stop.
+
+test("onRunCreated gets the ids from Content-Location, and a reload rejoins the run with them", async () => {
+  const thread = await client.threads.create();
+  let created;
+  const controller = new AbortController();
+  const first = [];
+  for await (const part of client.runs.stream(thread.thread_id, "lead_agent", {
+    input: { messages: [humanInput(PROMPT)] },
+    streamMode: DEERFLOW_MODES,
+    onDisconnect: "continue",
+    onRunCreated: (meta) => {
+      created = meta;
+    },
+    signal: controller.signal,
+  })) {
+    first.push(part);
+    if (first.length >= 4) {
+      controller.abort();
+      break;
+    }
+  }
+  assert.equal(created?.thread_id, thread.thread_id);
+  const runs = await client.runs.list(thread.thread_id);
+  assert.deepEqual(
+    runs.map((r) => r.run_id),
+    [created.run_id],
+  );
+  // The reload: the stored run id, joined from the start.
+  const replay = await join(thread.thread_id, created.run_id, { lastEventId: "-1" });
+  assert.equal(replay.at(-1).event, "end");
+  assert.deepEqual(
+    replay.slice(0, first.length).map((p) => [p.event, p.data]),
+    first.map((p) => [p.event, p.data]),
+  );
+  const ended = await client.runs.get(thread.thread_id, created.run_id);
+  assert.equal(ended.status, "success");
+});
+
+test("threads.search sorts and selects, and threads.update and updateState rename a thread", async () => {
+  const suite = randomUUID();
+  const made = [];
+  for (const name of ["b", "c", "a"]) {
+    made.push(await client.threads.create({ metadata: { suite, name } }));
+  }
+  const names = (found) => found.map((t) => t.metadata.name);
+  const oldestFirst = await client.threads.search({
+    metadata: { suite },
+    sortBy: "created_at",
+    sortOrder: "asc",
+    select: ["thread_id", "metadata"],
+  });
+  assert.deepEqual(names(oldestFirst), ["b", "c", "a"]);
+  assert.deepEqual(Object.keys(oldestFirst[0]).sort(), ["metadata", "thread_id"]);
+
+  // PATCH merges metadata and makes the thread the most recently updated.
+  const updated = await client.threads.update(made[0].thread_id, { metadata: { agent_name: "writer" } });
+  assert.deepEqual(updated.metadata, { suite, name: "b", agent_name: "writer" });
+  const recent = await client.threads.search({
+    metadata: { suite },
+    sortBy: "updated_at",
+    sortOrder: "desc",
+    select: ["thread_id", "updated_at", "values", "metadata"],
+  });
+  assert.deepEqual(names(recent), ["b", "a", "c"]);
+
+  // A rename is a state update; the title shows in the state and in search.
+  await client.threads.updateState(made[1].thread_id, { values: { title: "Renamed chat" } });
+  const state = await client.threads.getState(made[1].thread_id);
+  assert.equal(state.values.title, "Renamed chat");
+  const titled = await client.threads.search({
+    metadata: { suite },
+    values: { title: "Renamed chat" },
+    select: ["thread_id", "values"],
+  });
+  assert.deepEqual(
+    titled.map((t) => [t.thread_id, t.values.title]),
+    [[made[1].thread_id, "Renamed chat"]],
+  );
+});
+
+test("runs.cancel with wait false and the interrupt action, or wait true, ends the run interrupted", async () => {
+  for (const wait of [false, true]) {
+    const thread = await client.threads.create();
+    const run = await client.runs.create(thread.thread_id, "lead_agent", {
+      input: { messages: [humanInput("Compare three message brokers")] },
+    });
+    await client.runs.cancel(thread.thread_id, run.run_id, wait, "interrupt");
+    if (!wait) {
+      await client.runs.join(thread.thread_id, run.run_id);
+    }
+    const ended = await client.runs.get(thread.thread_id, run.run_id);
+    assert.equal(ended.status, "interrupted", `wait=${wait}`);
+  }
+});

@@ -19,7 +19,10 @@ pub use runs::{
     CancelAction, DisconnectAction, MultitaskStrategy, Run, RunInput, RunRequest, StreamMode,
 };
 pub use tasks::{TaskStatus, TaskStep, TaskSummary};
-pub use threads::{HistoryRequest, StateValues, Thread, ThreadCreate, ThreadSearch, ThreadState};
+pub use threads::{
+    HistoryRequest, MessagePage, MessageRecord, SortOrder, StateUpdate, StateUpdated, StateValues,
+    Thread, ThreadCreate, ThreadField, ThreadPatch, ThreadSearch, ThreadSortBy, ThreadState,
+};
 pub use usage::{ModelUsage, TokenUsage};
 
 /// Every failed request's body: what was wrong, in a sentence.

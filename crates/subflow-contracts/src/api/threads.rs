@@ -53,6 +53,82 @@ pub struct ThreadSearch {
     #[serde(default, deserialize_with = "super::numbers::option_whole_u32")]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64))]
     pub offset: Option<u32>,
+    /// Only these thread ids.
+    #[serde(default)]
+    pub ids: Option<Vec<String>>,
+    /// Threads whose latest state values hold every one of these pairs.
+    #[serde(default)]
+    pub values: Map<String, Value>,
+    /// The order: `updated_at` (the default), `created_at`, `thread_id` or `status`.
+    #[serde(default)]
+    pub sort_by: Option<ThreadSortBy>,
+    /// `desc` (the default) or `asc`.
+    #[serde(default)]
+    pub sort_order: Option<SortOrder>,
+    /// The thread fields to return; all when absent or empty.
+    #[serde(default)]
+    pub select: Option<Vec<ThreadField>>,
+}
+
+string_enum! {
+    /// What a thread search sorts by.
+    pub enum ThreadSortBy {
+        ThreadId = "thread_id",
+        Status = "status",
+        CreatedAt = "created_at",
+        UpdatedAt = "updated_at",
+    }
+}
+
+string_enum! {
+    /// A sort direction.
+    pub enum SortOrder {
+        Asc = "asc",
+        Desc = "desc",
+    }
+}
+
+string_enum! {
+    /// A top-level field of the Thread object, as a search's `select` names it.
+    pub enum ThreadField {
+        ThreadId = "thread_id",
+        CreatedAt = "created_at",
+        UpdatedAt = "updated_at",
+        Metadata = "metadata",
+        Status = "status",
+        Values = "values",
+    }
+}
+
+/// `PATCH /api/threads/{thread_id}`; unknown fields are 422.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ThreadPatch {
+    /// Pairs merged into the thread's metadata (a key's new value replaces its old one).
+    #[serde(default)]
+    pub metadata: Map<String, Value>,
+}
+
+/// `POST /api/threads/{thread_id}/state`; unknown fields are 422.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct StateUpdate {
+    /// Keys written over the current state values (`{title}` renames the thread).
+    #[serde(default)]
+    pub values: Option<Map<String, Value>>,
+    /// The node the update is written as; recorded in the checkpoint's metadata.
+    #[serde(default)]
+    pub as_node: Option<String>,
+}
+
+/// The answer to a state update: the checkpoint it wrote.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StateUpdated {
+    /// The new checkpoint.
+    pub checkpoint: CheckpointRef,
 }
 
 /// `POST …/history`; unknown fields are 422.
@@ -151,4 +227,34 @@ pub struct ThreadState {
     /// Always empty.
     #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>, max_items = 0))]
     pub interrupts: Vec<Value>,
+}
+
+/// One record of a thread's message page: a persisted `message`-category run event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MessageRecord {
+    /// The run event.
+    #[serde(flatten)]
+    pub event: crate::RunEvent,
+    /// Whole seconds from the run's creation to its last update, on the last AI record
+    /// of each run in the page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn_duration: Option<i64>,
+    /// Always null: subflow keeps no message feedback.
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub feedback: Option<Value>,
+}
+
+/// `GET /api/threads/{thread_id}/messages/page`: a page of the lead's messages, oldest
+/// first, paging backwards.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct MessagePage {
+    /// The newest `limit` records before the cursor, oldest first.
+    pub data: Vec<MessageRecord>,
+    /// Whether older records exist.
+    pub has_more: bool,
+    /// The `before_seq` of the next (older) page: the first record's `seq` when
+    /// `has_more`, else null.
+    pub next_before_seq: Option<i64>,
 }

@@ -7,6 +7,7 @@ pub mod account;
 pub mod assistants;
 pub mod batches;
 pub mod events;
+pub mod messages;
 pub mod paging;
 pub mod runs;
 pub mod tasks;

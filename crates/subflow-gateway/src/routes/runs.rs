@@ -456,7 +456,7 @@ pub async fn wait(
     }
     let values = StateValues {
         messages: result.messages,
-        title: None,
+        title: result.title,
     };
     Ok(([content_location(&run)], Json(values)))
 }

@@ -9,14 +9,16 @@ use axum::http::StatusCode;
 use axum::response::Response;
 use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 use std::sync::Arc;
 use subflow_contracts::api::threads::{CheckpointRef, IfExists};
 use subflow_contracts::api::{
-    ErrorBody, HistoryRequest, Thread, ThreadCreate, ThreadSearch as SearchRequest, ThreadState,
+    ErrorBody, HistoryRequest, SortOrder, StateUpdate, StateUpdated, Thread, ThreadCreate,
+    ThreadField, ThreadPatch, ThreadSearch as SearchRequest, ThreadSortBy, ThreadState,
 };
-use subflow_contracts::{Permission, RunStatus};
-use subflow_store::{Checkpoint, NewThread, Store, ThreadRecord, ThreadSearch};
+use subflow_contracts::messages::Message;
+use subflow_contracts::{Permission, RunStatus, ThreadStatus};
+use subflow_store::{Checkpoint, NewCheckpoint, NewThread, Store, ThreadRecord, ThreadSearch};
 use utoipa::IntoParams;
 
 use super::{ThreadPath, checked_thread_id, paging, parse_body};
@@ -24,25 +26,37 @@ use crate::auth::{Caller, authorize_thread};
 use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
-/// The Thread object, with the latest checkpoint's values.
-pub async fn thread_body(state: &AppState, thread: &ThreadRecord) -> Result<Thread, ApiError> {
-    let values = state
+/// The latest checkpoint's values of a thread; empty before the first checkpoint.
+async fn latest_values(state: &AppState, thread_id: &str) -> Result<Map<String, Value>, ApiError> {
+    Ok(state
         .store
-        .latest_checkpoint(&thread.thread_id)
+        .latest_checkpoint(thread_id)
         .await?
         .and_then(|c| match c.values {
             Value::Object(values) => Some(values),
             _ => None,
         })
-        .unwrap_or_default();
-    Ok(Thread {
+        .unwrap_or_default())
+}
+
+/// The Thread object of a record and its latest values.
+fn thread_of(thread: &ThreadRecord, values: Map<String, Value>) -> Thread {
+    Thread {
         thread_id: thread.thread_id.clone(),
         created_at: thread.created_at.clone(),
         updated_at: thread.updated_at.clone(),
         metadata: thread.metadata.clone(),
         status: thread.status,
         values,
-    })
+    }
+}
+
+/// The Thread object, with the latest checkpoint's values.
+pub async fn thread_body(state: &AppState, thread: &ThreadRecord) -> Result<Thread, ApiError> {
+    Ok(thread_of(
+        thread,
+        latest_values(state, &thread.thread_id).await?,
+    ))
 }
 
 /// `POST /api/threads`: a thread owned by the caller. An id taken by another user's
@@ -123,13 +137,14 @@ pub fn not_found(thread_id: &str) -> ApiError {
     ApiError::NotFound(format!("Thread {thread_id} not found"))
 }
 
-/// `POST /api/threads/search`: the caller's threads, newest first, streamed: each
-/// thread carries its latest values, so the page is written one thread at a time.
+/// `POST /api/threads/search`: the caller's threads, most recently updated first unless
+/// `sort_by`/`sort_order` say otherwise, streamed: each thread carries its latest values
+/// (unless `select` leaves them out), so the page is written one thread at a time.
 #[utoipa::path(post, path = "/api/threads/search", tag = "threads",
     request_body(content = SearchRequest, description = "Every field optional"),
     responses(
-        (status = 200, description = "The caller's matching threads, newest first", body = Vec<Thread>),
-        (status = 422, description = "Invalid body, or a limit outside 1-1000", body = ErrorBody),
+        (status = 200, description = "The caller's matching threads in the asked order; with `select`, only the selected fields of each", body = Vec<Thread>),
+        (status = 422, description = "Invalid body, a limit outside 1-1000, or an unknown sort or select name", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("threads:read"))))]
 pub async fn search(
@@ -148,21 +163,174 @@ pub async fn search(
                 })
         })
         .transpose()?;
-    let search = ThreadSearch {
+    let limit = paging::limit(request.limit, 10, paging::SEARCH_MAX_LIMIT)?;
+    let offset = request.offset.unwrap_or(0);
+    let mut search = ThreadSearch {
         owner: caller.user_id,
+        ids: request.ids,
         metadata: request.metadata,
         status,
-        limit: paging::limit(request.limit, 10, paging::SEARCH_MAX_LIMIT)?,
-        offset: request.offset.unwrap_or(0),
+        sort_by: request.sort_by.unwrap_or(ThreadSortBy::UpdatedAt),
+        sort_order: request.sort_order.unwrap_or(SortOrder::Desc),
+        limit,
+        offset,
     };
-    let threads = state.store.search_threads(&search).await?;
-    let items = futures::stream::iter(threads).then(move |thread| searched(state.clone(), thread));
-    paging::json_array(items).await
+    let select = request.select.filter(|fields| !fields.is_empty());
+    let with_values = select
+        .as_ref()
+        .is_none_or(|fields| fields.contains(&ThreadField::Values));
+    let found: Vec<(ThreadRecord, Option<Map<String, Value>>)> = if request.values.is_empty() {
+        let threads = state.store.search_threads(&search).await?;
+        threads.into_iter().map(|thread| (thread, None)).collect()
+    } else {
+        // Values live in the checkpoints: every candidate's are read, then the page is cut.
+        search.limit = u32::MAX;
+        search.offset = 0;
+        let mut kept = Vec::new();
+        for thread in state.store.search_threads(&search).await? {
+            let values = latest_values(&state, &thread.thread_id).await?;
+            if request
+                .values
+                .iter()
+                .all(|(key, value)| values.get(key) == Some(value))
+            {
+                kept.push((thread, Some(values)));
+            }
+        }
+        kept.into_iter()
+            .skip(offset as usize)
+            .take(limit as usize)
+            .collect()
+    };
+    let threads = futures::stream::iter(found).then(move |(thread, values)| {
+        let state = state.clone();
+        async move {
+            let values = match values {
+                Some(values) => values,
+                None if with_values => latest_values(&state, &thread.thread_id).await?,
+                None => Map::new(),
+            };
+            Ok::<_, ApiError>(thread_of(&thread, values))
+        }
+    });
+    match select {
+        None => paging::json_array(threads).await,
+        Some(fields) => {
+            let names: Vec<&'static str> = fields.iter().map(|f| f.as_str()).collect();
+            paging::json_array(threads.map_ok(move |thread| selected(&thread, &names))).await
+        }
+    }
 }
 
-/// One thread of a search result.
-async fn searched(state: AppState, thread: ThreadRecord) -> Result<Thread, ApiError> {
-    thread_body(&state, &thread).await
+/// Only the `names` fields of a thread.
+fn selected(thread: &Thread, names: &[&str]) -> Map<String, Value> {
+    let Ok(Value::Object(mut fields)) = serde_json::to_value(thread) else {
+        unreachable!("a Thread serialises to an object");
+    };
+    fields.retain(|name, _| names.contains(&name.as_str()));
+    fields
+}
+
+/// `PATCH /api/threads/{thread_id}`: merges metadata into a thread of the caller's.
+#[utoipa::path(patch, path = "/api/threads/{thread_id}", tag = "threads", params(ThreadPath),
+    request_body(content = ThreadPatch, description = "The metadata pairs to merge"),
+    responses(
+        (status = 200, description = "The thread with its merged metadata", body = Thread),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 422, description = "Invalid body or thread id", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
+pub async fn patch(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Thread>, ApiError> {
+    authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
+        .await?
+        .ok_or_else(|| not_found(&thread_id))?;
+    let request: ThreadPatch = parse_body(&body)?;
+    let thread = state
+        .store
+        .update_thread_metadata(&thread_id, &request.metadata)
+        .await?
+        .ok_or_else(|| not_found(&thread_id))?;
+    Ok(Json(thread_body(&state, &thread).await?))
+}
+
+/// `POST /api/threads/{thread_id}/state`: a new checkpoint whose values are the current
+/// ones with `values` written over them (`{values: {title}}` renames the thread).
+#[utoipa::path(post, path = "/api/threads/{thread_id}/state", tag = "threads", params(ThreadPath),
+    request_body(content = StateUpdate, description = "The values to write"),
+    responses(
+        (status = 200, description = "The checkpoint written", body = StateUpdated),
+        (status = 404, description = "No such thread of the caller's", body = ErrorBody),
+        (status = 409, description = "A run of the thread is in progress", body = ErrorBody),
+        (status = 422, description = "Invalid body or thread id, or values the state cannot hold", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:write"))))]
+pub async fn update_state(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<StateUpdated>, ApiError> {
+    let thread = authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
+        .await?
+        .ok_or_else(|| not_found(&thread_id))?;
+    let request: StateUpdate = parse_body(&body)?;
+    let update = request.values.unwrap_or_default();
+    if let Some(messages) = update.get("messages")
+        && let Err(error) = serde_json::from_value::<Vec<Message>>(messages.clone())
+    {
+        return Err(ApiError::Unprocessable(format!(
+            "Invalid request body: values.messages must be a list of messages: {error}"
+        )));
+    }
+    if update
+        .get("title")
+        .is_some_and(|title| !(title.is_string() || title.is_null()))
+    {
+        return Err(ApiError::Unprocessable(
+            "Invalid request body: values.title must be a string or null".to_owned(),
+        ));
+    }
+    // A running run checkpoints its own state after every step and would write over this.
+    if thread.status == ThreadStatus::Busy {
+        return Err(ApiError::Conflict(format!(
+            "Thread {thread_id} has a run in progress: update its state once the run ends"
+        )));
+    }
+    let latest = state.store.latest_checkpoint(&thread_id).await?;
+    let mut values = match latest.as_ref().map(|c| &c.values) {
+        Some(Value::Object(values)) => values.clone(),
+        _ => Map::from_iter([("messages".to_owned(), json!([]))]),
+    };
+    values.extend(update);
+    let mut metadata = Map::new();
+    metadata.insert("source".into(), json!("update"));
+    if let Some(node) = request.as_node {
+        metadata.insert("as_node".into(), json!(node));
+    }
+    let checkpoint_id = uuid::Uuid::now_v7().to_string();
+    state
+        .store
+        .put_checkpoint(NewCheckpoint {
+            thread_id: thread_id.clone(),
+            checkpoint_id: checkpoint_id.clone(),
+            parent_checkpoint_id: latest.map(|c| c.checkpoint_id),
+            run_id: None,
+            values: Value::Object(values),
+            metadata,
+        })
+        .await?;
+    Ok(Json(StateUpdated {
+        checkpoint: CheckpointRef {
+            thread_id,
+            checkpoint_ns: String::new(),
+            checkpoint_id: Some(checkpoint_id),
+        },
+    }))
 }
 
 /// `DELETE /api/threads/{thread_id}`: cancels its active runs, then deletes all its data.

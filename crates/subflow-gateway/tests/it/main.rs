@@ -25,6 +25,7 @@ mod outage;
 mod resume;
 mod storage;
 mod tasks;
+mod threads;
 mod timeouts;
 
 /// A gateway on a free loopback port.

@@ -381,7 +381,7 @@ pub async fn query_bounds_are_enforced(store: Arc<dyn Store>) {
 pub async fn message_projection_holds_only_message_records(store: Arc<dyn Store>) {
     let history = full_run_history("t1", "r1");
     store.append(&history).await.unwrap();
-    let messages = store.list_messages("t1").await.unwrap();
+    let messages = store.list_messages("t1", None, 2000).await.unwrap();
     let types: Vec<&str> = messages.iter().map(|e| e.event_type.as_str()).collect();
     assert_eq!(
         types,
@@ -398,7 +398,26 @@ pub async fn message_projection_holds_only_message_records(store: Arc<dyn Store>
             .all(|e| e.category == EventCategory::Message.as_str())
     );
     assert_strictly_increasing(&messages);
-    assert!(store.list_messages("t-none").await.unwrap().is_empty());
+    assert!(
+        store
+            .list_messages("t-none", None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Pages run backwards: the newest two, then the two before the first of them.
+    let newest = store.list_messages("t1", None, 2).await.unwrap();
+    assert_eq!(newest, messages[2..]);
+    let older = store
+        .list_messages("t1", Some(newest[0].seq), 2)
+        .await
+        .unwrap();
+    assert_eq!(older, messages[..2]);
+    let first = store
+        .list_messages("t1", Some(messages[0].seq), 2)
+        .await
+        .unwrap();
+    assert!(first.is_empty());
 }
 
 /// Several writers appending to one thread at once: every record once, seqs unique and
@@ -625,7 +644,9 @@ pub async fn identical_histories_give_identical_results(store: Arc<dyn Store>) {
             "{query:?}"
         );
     }
-    let ours = store.list_messages("t1").await.unwrap();
-    let theirs = reference.list_messages("t1").await.unwrap();
-    assert_eq!(ours, theirs);
+    for (before, limit) in [(None, 2000), (None, 2), (Some(5), 1)] {
+        let ours = store.list_messages("t1", before, limit).await.unwrap();
+        let theirs = reference.list_messages("t1", before, limit).await.unwrap();
+        assert_eq!(ours, theirs, "before {before:?}, limit {limit}");
+    }
 }

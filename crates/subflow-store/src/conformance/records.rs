@@ -6,6 +6,8 @@ use serde_json::{Map, json};
 use subflow_contracts::{RunStatus, RunStopReason, ThreadStatus};
 
 use super::{all_events, new_run, new_thread, trace};
+use subflow_contracts::api::{SortOrder, ThreadSortBy};
+
 use crate::{Error, ModelUsage, RunStatusUpdate, RunUsage, Store, ThreadSearch};
 
 /// Expands to one `#[tokio::test]` per record case; invoked by `conformance_tests!`.
@@ -15,6 +17,7 @@ macro_rules! record_conformance_tests {
     ($factory:expr) => {
         $crate::record_conformance_tests!(@cases $factory;
             threads_are_created_searched_and_deleted,
+            thread_search_sorts_and_filters_by_id_and_metadata_merges,
             runs_keep_their_first_terminal_status_and_usage,
         );
     };
@@ -27,6 +30,76 @@ macro_rules! record_conformance_tests {
             }
         )+
     };
+}
+
+/// Thread search orders by any of its keys either way (most recently updated first by
+/// default), narrows to given ids, and a metadata merge keeps other keys and counts as an
+/// update.
+pub async fn thread_search_sorts_and_filters_by_id_and_metadata_merges(store: Arc<dyn Store>) {
+    for id in ["b", "c", "a"] {
+        store
+            .create_thread(new_thread(id, "alice", json!({"n": id})))
+            .await
+            .unwrap();
+        // Distinct timestamps: they have microsecond resolution.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let ids = |threads: Vec<crate::ThreadRecord>| {
+        threads.into_iter().map(|t| t.thread_id).collect::<Vec<_>>()
+    };
+    let search = |sort_by, sort_order| {
+        let mut search = ThreadSearch::owner("alice", 10);
+        search.sort_by = sort_by;
+        search.sort_order = sort_order;
+        search
+    };
+    let found = |search: ThreadSearch| {
+        let store = store.clone();
+        async move { ids(store.search_threads(&search).await.unwrap()) }
+    };
+    assert_eq!(
+        found(ThreadSearch::owner("alice", 10)).await,
+        ["a", "c", "b"]
+    );
+    assert_eq!(
+        found(search(ThreadSortBy::ThreadId, SortOrder::Asc)).await,
+        ["a", "b", "c"]
+    );
+    assert_eq!(
+        found(search(ThreadSortBy::CreatedAt, SortOrder::Asc)).await,
+        ["b", "c", "a"]
+    );
+    // Renaming "b" makes it the most recently updated, not the newest created.
+    let merged = store
+        .update_thread_metadata("b", &Map::from_iter([("title".to_owned(), json!("B"))]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        merged.metadata,
+        *json!({"n": "b", "title": "B"}).as_object().unwrap()
+    );
+    assert_eq!(store.get_thread("b").await.unwrap(), Some(merged));
+    assert_eq!(
+        found(ThreadSearch::owner("alice", 10)).await,
+        ["b", "a", "c"]
+    );
+    assert_eq!(
+        found(search(ThreadSortBy::CreatedAt, SortOrder::Desc)).await,
+        ["a", "c", "b"]
+    );
+    assert_eq!(
+        store
+            .update_thread_metadata("nope", &Map::new())
+            .await
+            .unwrap(),
+        None
+    );
+    let mut some = search(ThreadSortBy::ThreadId, SortOrder::Desc);
+    some.ids = Some(vec!["a".into(), "c".into(), "zz".into()]);
+    assert_eq!(found(some.clone()).await, ["c", "a"]);
+    some.offset = 1;
+    assert_eq!(found(some).await, ["a"]);
 }
 
 /// Threads: creation, duplicates, owner-scoped search newest first with filters, deletion

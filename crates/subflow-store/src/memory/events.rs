@@ -71,18 +71,26 @@ impl EventStore for MemoryStore {
         Ok(tasks::summarize_all(tasks::task_rows(rows, run_id)))
     }
 
-    async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {
+    async fn list_messages(
+        &self,
+        thread_id: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>> {
         let inner = self.lock();
         let message = EventCategory::Message.as_str();
-        Ok(inner
+        let mut newest_first: Vec<RunEvent> = inner
             .events
             .get(thread_id)
-            .map(|rows| {
-                rows.iter()
-                    .filter(|row| row.category == message)
-                    .cloned()
-                    .collect()
-            })
-            .unwrap_or_default())
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .rev()
+            .filter(|row| row.category == message && before_seq.is_none_or(|b| row.seq < b))
+            .take(limit as usize)
+            .cloned()
+            .collect();
+        newest_first.reverse();
+        Ok(newest_first)
     }
 }

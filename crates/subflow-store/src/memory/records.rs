@@ -55,6 +55,22 @@ impl RecordStore for MemoryStore {
         Ok(search.page(newest_first))
     }
 
+    async fn update_thread_metadata(
+        &self,
+        thread_id: &str,
+        metadata: &serde_json::Map<String, serde_json::Value>,
+    ) -> Result<Option<ThreadRecord>> {
+        let mut inner = self.lock();
+        let Some(thread) = inner.threads.iter_mut().find(|t| t.thread_id == thread_id) else {
+            return Ok(None);
+        };
+        thread
+            .metadata
+            .extend(metadata.iter().map(|(k, v)| (k.clone(), v.clone())));
+        thread.updated_at = now_rfc3339();
+        Ok(Some(thread.clone()))
+    }
+
     async fn set_thread_status(&self, thread_id: &str, status: ThreadStatus) -> Result<bool> {
         let mut inner = self.lock();
         let Some(thread) = inner.threads.iter_mut().find(|t| t.thread_id == thread_id) else {

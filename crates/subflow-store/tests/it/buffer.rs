@@ -83,8 +83,13 @@ impl EventStore for FaultyStore {
         self.inner.list_events(query).await
     }
 
-    async fn list_messages(&self, thread_id: &str) -> Result<Vec<RunEvent>> {
-        self.inner.list_messages(thread_id).await
+    async fn list_messages(
+        &self,
+        thread_id: &str,
+        before_seq: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<RunEvent>> {
+        self.inner.list_messages(thread_id, before_seq, limit).await
     }
 
     async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>> {

@@ -77,12 +77,20 @@ fn the_langgraph_sdk_streams_the_demo_run_reads_state_and_joins() {
         messages.len()
     );
     // `runs.cancel(wait=True)` and `wait=False` are accepted (the SDK raises on a 422)
-    // and each run ends.
+    // and each cancelled run ends interrupted.
     for wait in ["true", "false"] {
-        let status = seen["cancelled"][wait].as_str().unwrap();
-        assert!(
-            ["interrupted", "success"].contains(&status),
-            "cancel(wait={wait}) left the run {status}"
+        assert_eq!(
+            seen["cancelled"][wait], "interrupted",
+            "cancel(wait={wait})"
         );
     }
+    // `threads.search(sort_by=, sort_order=, select=)`.
+    assert_eq!(
+        seen["searched"],
+        serde_json::json!([
+            ["sdk-a", ["metadata", "thread_id"]],
+            ["sdk-b", ["metadata", "thread_id"]],
+            ["sdk-c", ["metadata", "thread_id"]],
+        ])
+    );
 }

@@ -36,7 +36,17 @@ async def main(url: str) -> None:
         await client.runs.join(thread_id, run["run_id"])
         ended = await client.runs.get(thread_id, run["run_id"])
         cancelled[str(wait).lower()] = ended["status"]
+    # The sidebar's search: sorted by id, only the selected fields.
+    for name in ("sdk-b", "sdk-c", "sdk-a"):
+        await client.threads.create(thread_id=name, metadata={"suite": "python"})
+    searched = await client.threads.search(
+        metadata={"suite": "python"},
+        sort_by="thread_id",
+        sort_order="asc",
+        select=["thread_id", "metadata"],
+    )
     print(json.dumps({
+        "searched": [[t["thread_id"], sorted(t)] for t in searched],
         "frames": frames,
         "task_events": task_events,
         "state_messages": state["values"]["messages"],
