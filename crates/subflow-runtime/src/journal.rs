@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{Map, Value, json};
-use subflow_contracts::messages::{AiMessage, ToolMessage};
+use subflow_contracts::messages::{AiMessage, HumanMessage, ToolMessage};
 use subflow_contracts::{EventCategory, EventType, MiddlewareTag, NewEvent};
 use subflow_store::RunUsage;
 use subflow_store::buffer::EventBuffer;
@@ -97,12 +97,13 @@ impl Journal {
         .with_user(scope.user_id.clone())
     }
 
-    /// `llm.human.input` for the run's first human message.
-    pub fn human_input(&self, content: &Value) {
+    /// `llm.human.input` for the run's first human message, with the id it has in the
+    /// thread state (so a client merging pages with live messages knows it).
+    pub fn human_input(&self, message: &HumanMessage) {
         self.record(
             EventType::LlmHumanInput.as_str(),
             EventCategory::Message,
-            json!({"type": "human", "content": content}),
+            json!({"type": "human", "content": message.content, "id": message.id}),
             metadata(json!({"caller": "lead_agent"})),
         );
     }
@@ -118,7 +119,7 @@ impl Journal {
         let index = self.llm_calls.fetch_add(1, Ordering::SeqCst) + 1;
         let usage = message.usage_metadata.map(|u| json!({"input_tokens": u.input_tokens, "output_tokens": u.output_tokens, "total_tokens": u.total_tokens})).unwrap_or_else(|| json!({}));
         let content = json!({
-            "type": "ai", "content": message.content, "tool_calls": message.tool_calls,
+            "type": "ai", "id": message.id, "content": message.content, "tool_calls": message.tool_calls,
             "additional_kwargs": message.additional_kwargs, "response_metadata": message.response_metadata,
         });
         self.record(EventType::LlmAiResponse.as_str(), EventCategory::Message, content,
@@ -137,7 +138,7 @@ impl Journal {
 
     /// `llm.tool.result`.
     pub fn tool_result(&self, message: &ToolMessage) {
-        let content = json!({"type": "tool", "content": message.content, "tool_call_id": message.tool_call_id, "name": message.name, "status": message.status});
+        let content = json!({"type": "tool", "id": message.id, "content": message.content, "tool_call_id": message.tool_call_id, "name": message.name, "status": message.status});
         self.record(
             EventType::LlmToolResult.as_str(),
             EventCategory::Message,

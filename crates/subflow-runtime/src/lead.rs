@@ -176,10 +176,10 @@ impl Lead<'_> {
             let results = self.run_tools(&calls).await;
             let cancelled = results.iter().any(Option::is_none);
             let mut tools = Vec::with_capacity(results.len());
-            for tool in results.into_iter().flatten() {
+            for mut tool in results.into_iter().flatten() {
+                tool.id.get_or_insert_with(|| Uuid::now_v7().to_string());
                 self.run.journal.tool_result(&tool);
-                let mut tool = Message::Tool(tool);
-                tool.ensure_id();
+                let tool = Message::Tool(tool);
                 self.run.sink.send(RunOutput::whole(&tool, "tools"));
                 tools.push(tool);
             }

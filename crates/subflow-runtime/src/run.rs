@@ -251,7 +251,7 @@ impl Runtime {
             if let Message::Human(human) = &message
                 && first_human
             {
-                run.journal.human_input(&human.content);
+                run.journal.human_input(human);
                 first_human = false;
             }
             lead.messages.push(message);

@@ -99,8 +99,8 @@ async fn a_method_a_route_does_not_have_is_a_405_with_a_detail_and_allow() {
             })
             .collect::<Vec<_>>()
             .join("/");
-        let (status, allow, _) = rejected(&app, "PATCH", &path).await;
-        assert_eq!(status, 405, "PATCH {path}");
+        let (status, allow, _) = rejected(&app, "PUT", &path).await;
+        assert_eq!(status, 405, "PUT {path}");
         let allowed = allow.unwrap_or_default().to_lowercase();
         for method in operations.as_object().unwrap().keys() {
             assert!(

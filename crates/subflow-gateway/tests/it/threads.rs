@@ -320,6 +320,17 @@ async fn the_message_page_runs_back_to_the_start_of_a_three_run_thread() {
         object.remove("turn_duration");
     }
     assert_eq!(records, expected);
+    // Each record names the message it projects by the id it has in the thread state, so
+    // a client merging loaded pages with live messages sees one message, not two.
+    let (_, state) = get(&app, "/api/threads/pages/state").await;
+    let state_ids: Vec<&Value> = state["values"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| &m["id"])
+        .collect();
+    let record_ids: Vec<&Value> = records.iter().map(|r| &r["content"]["id"]).collect();
+    assert_eq!(record_ids, state_ids);
 
     // A page exactly the thread's size has nothing more; one short of it has.
     let size = expected.len();
