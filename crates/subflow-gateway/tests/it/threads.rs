@@ -255,7 +255,7 @@ async fn the_title_falls_back_to_the_first_message_cut_at_50_characters() {
 async fn message_events(app: &TestApp, thread: &str, runs: &[String]) -> Vec<Value> {
     let mut all = Vec::new();
     for run_id in runs {
-        let (_, events) = get(&app, &format!(
+        let (_, events) = get(app, &format!(
                 "/api/threads/{thread}/runs/{run_id}/events?event_types=llm.human.input,llm.ai.response,llm.tool.result"
             ))
             .await;
