@@ -12,6 +12,9 @@ use crate::task_events::flatten_content;
 use crate::text::{cap_chars, js_trim};
 
 /// Cap, in characters, on `subagent_error`, `subagent_result_brief` and the `{r}`/`{d}` of text bodies.
+/// The text of a cancelled task's ToolMessage, and its error when nothing else is said.
+pub const TASK_CANCELLED: &str = "Task cancelled by user.";
+
 pub const TASK_TEXT_CAP: usize = 2000;
 
 /// Cap, in characters, on the detail of an unexpected tool failure (SPEC §4.3).
@@ -169,11 +172,10 @@ pub fn task_tool_message(tool_call_id: &str, outcome: &TaskOutcome) -> ToolMessa
             with_error(lead, detail, "Task failed.")
         }
         SubagentStatus::Cancelled => {
-            const CANCELLED: &str = "Task cancelled by user.";
             // The default would repeat the lead sentence, so it is shown once.
             match detail {
-                Some(d) if d != CANCELLED => (format!("{CANCELLED} Error: {d}"), Some(d)),
-                _ => (CANCELLED.to_owned(), Some(CANCELLED.to_owned())),
+                Some(d) if d != TASK_CANCELLED => (format!("{TASK_CANCELLED} Error: {d}"), Some(d)),
+                _ => (TASK_CANCELLED.to_owned(), Some(TASK_CANCELLED.to_owned())),
             }
         }
         SubagentStatus::TimedOut => {

@@ -94,6 +94,8 @@ pub struct ActiveRuns {
 pub struct ActiveRun {
     /// Cancels the run.
     pub cancel: tokio_util::sync::CancellationToken,
+    /// Cancels one of its tasks.
+    pub tasks: subflow_runtime::task_control::TaskControls,
     /// Becomes true when the run has ended.
     pub done: tokio::sync::watch::Receiver<bool>,
 }
@@ -170,6 +172,7 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(runs::rejoin))
         .routes(routes!(events::list))
         .routes(routes!(tasks::list))
+        .routes(routes!(tasks::cancel))
         .routes(routes!(batches::list))
         .routes(routes!(batches::get))
         .routes(routes!(batches::items))

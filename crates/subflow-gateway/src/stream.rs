@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
+use subflow_runtime::task_control::TaskControls;
 
 use serde_json::{Value, json};
 use subflow_contracts::api::StreamMode;
@@ -213,6 +214,7 @@ pub(crate) async fn start_run(
         modes,
     } = launch_with;
     let cancel = CancellationToken::new();
+    let tasks = TaskControls::default();
     let span = tracing::info_span!("run", trace_id = %trace.id, run_id = %run.run_id);
     let spec = RunSpec {
         thread_id: run.thread_id.clone(),
@@ -223,6 +225,7 @@ pub(crate) async fn start_run(
         trace_id: trace.id,
         delegation_trace,
         cancel: cancel.clone(),
+        tasks: tasks.clone(),
         timeout: state.run_timeout,
         trace: TraceRequest {
             parent: trace.parent,
@@ -251,7 +254,7 @@ pub(crate) async fn start_run(
         state,
         &run.run_id,
         &run.thread_id,
-        cancel.clone(),
+        (cancel.clone(), tasks),
         (execution, output, barrier),
         &modes,
         span,
@@ -268,7 +271,7 @@ async fn launch(
     state: &AppState,
     run_id: &str,
     thread_id: &str,
-    cancel: CancellationToken,
+    (cancel, tasks): (CancellationToken, TaskControls),
     (execution, output, barrier): (
         impl Future<Output = RunResult> + Send + 'static,
         mpsc::UnboundedReceiver<RunOutput>,
@@ -303,6 +306,7 @@ async fn launch(
         run_id,
         ActiveRun {
             cancel: cancel.clone(),
+            tasks,
             done,
         },
     );

@@ -18,6 +18,7 @@ pub mod run;
 pub mod runtime;
 pub mod spans;
 pub mod subagent;
+pub mod task_control;
 mod tool_table;
 pub mod tools;
 pub mod usage;

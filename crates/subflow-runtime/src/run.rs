@@ -13,6 +13,8 @@ use subflow_contracts::{NewEvent, RunStatus, RunStopReason, ThreadStatus};
 use subflow_store::buffer::{BufferKind, BufferPolicy, EventScope};
 use subflow_store::{RunStatusUpdate, RunUsage};
 use tokio_util::sync::CancellationToken;
+
+use crate::task_control::TaskControls;
 use uuid::Uuid;
 
 use crate::guarded::Guards;
@@ -44,6 +46,8 @@ pub struct RunSpec {
     pub delegation_trace: Option<String>,
     /// Cancelled to interrupt the run.
     pub cancel: CancellationToken,
+    /// Its tasks, each of which can be cancelled alone.
+    pub tasks: TaskControls,
     /// `runs.timeout_seconds`.
     pub timeout: Duration,
     /// A `traceparent` to adopt and caller overrides for the exported trace (SPEC §9.2).
@@ -171,6 +175,7 @@ impl Runtime {
             subagent_buffer,
             sink,
             cancel: spec.cancel.clone(),
+            tasks: spec.tasks.clone(),
             workspace: Workspace::for_thread(&config.workspace_root, &spec.thread_id),
             model_name,
             observers: self.observers.clone(),

@@ -302,6 +302,8 @@ pub struct RunContext {
     pub sink: OutputSink,
     /// Cancelled when the run is interrupted or times out.
     pub cancel: CancellationToken,
+    /// The run's tasks, each of which can be cancelled alone.
+    pub tasks: crate::task_control::TaskControls,
     /// The thread's workspace.
     pub workspace: Workspace,
     /// The lead's effective model name.

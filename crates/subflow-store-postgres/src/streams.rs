@@ -39,6 +39,7 @@ async fn forget_lease(tx: &mut Transaction<'static, Postgres>, run_id: &str) -> 
     for sql in [
         "DELETE FROM run_leases WHERE run_id = $1",
         "DELETE FROM run_cancel_requests WHERE run_id = $1",
+        "DELETE FROM task_cancel_requests WHERE run_id = $1",
     ] {
         sqlx::query(sql)
             .bind(run_id)
@@ -243,7 +244,9 @@ impl StreamStore for PostgresStore {
             "WITH released AS ( \
                  DELETE FROM run_leases WHERE run_id = $1 AND owner = $2 RETURNING run_id), \
              forgotten AS ( \
-                 DELETE FROM run_cancel_requests c USING released r WHERE c.run_id = r.run_id) \
+                 DELETE FROM run_cancel_requests c USING released r WHERE c.run_id = r.run_id), \
+             forgotten_tasks AS ( \
+                 DELETE FROM task_cancel_requests c USING released r WHERE c.run_id = r.run_id) \
              SELECT COUNT(*) FROM released",
         )
         .bind(run_id)
@@ -416,6 +419,50 @@ impl StreamStore for PostgresStore {
             .map_err(db)?;
         tx.commit().await.map_err(db)?;
         Ok(true)
+    }
+
+    async fn request_task_cancel(&self, run_id: &str, task_id: &str) -> Result<bool> {
+        let mut tx = begin(self).await?;
+        let stored = sqlx::query(
+            "INSERT INTO task_cancel_requests (run_id, task_id, requested_at) \
+             SELECT run_id, $2, $3 FROM runs WHERE run_id = $1 AND status IN ('pending', 'running') \
+             ON CONFLICT (run_id, task_id) DO UPDATE \
+             SET requested_at = task_cancel_requests.requested_at",
+        )
+        .bind(run_id)
+        .bind(task_id)
+        .bind(now_rfc3339())
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?
+        .rows_affected();
+        if stored == 0 {
+            return Ok(false);
+        }
+        sqlx::query("SELECT pg_notify($1, json_build_object('run_id', $2::text)::text)")
+            .bind(CANCEL_CHANNEL)
+            .bind(run_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(true)
+    }
+
+    async fn take_task_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<(String, String)>> {
+        let rows = sqlx::query(
+            "DELETE FROM task_cancel_requests WHERE run_id = ANY($1) RETURNING run_id, task_id",
+        )
+        .bind(run_ids)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db)?;
+        let mut taken = rows
+            .iter()
+            .map(|row| Ok((get(row, "run_id")?, get(row, "task_id")?)))
+            .collect::<Result<Vec<(String, String)>>>()?;
+        taken.sort();
+        Ok(taken)
     }
 
     async fn take_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<String>> {

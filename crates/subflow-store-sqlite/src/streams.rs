@@ -61,6 +61,7 @@ fn forget_lease(tx: &Connection, run_id: &str) -> Result<()> {
     for sql in [
         "DELETE FROM run_leases WHERE run_id = ?",
         "DELETE FROM run_cancel_requests WHERE run_id = ?",
+        "DELETE FROM task_cancel_requests WHERE run_id = ?",
     ] {
         tx.prepare_cached(sql).db()?.execute([run_id]).db()?;
     }
@@ -406,6 +407,60 @@ impl StreamStore for SqliteStore {
                     if delete.execute([&run_id]).db()? > 0 {
                         taken.push(run_id);
                     }
+                }
+            }
+            tx.commit().db()?;
+            Ok(taken)
+        })
+        .await
+    }
+
+    async fn request_task_cancel(&self, run_id: &str, task_id: &str) -> Result<bool> {
+        let (run, task) = (run_id.to_owned(), task_id.to_owned());
+        let stored = self
+            .write(move |conn| {
+                let tx = conn.savepoint().db()?;
+                if !run_state(&tx, &run)?.is_some_and(|(_, status)| status.is_active()) {
+                    return Ok(false);
+                }
+                tx.prepare_cached(
+                    "INSERT INTO task_cancel_requests (run_id, task_id, requested_at) \
+                     VALUES (?, ?, ?) ON CONFLICT (run_id, task_id) DO NOTHING",
+                )
+                .db()?
+                .execute([run, task, now_rfc3339()])
+                .db()?;
+                tx.commit().db()?;
+                Ok(true)
+            })
+            .await?;
+        if stored {
+            self.inner.notices.publish(StreamNotice::CancelRequested {
+                run_id: run_id.to_owned(),
+            });
+        }
+        Ok(stored)
+    }
+
+    async fn take_task_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<(String, String)>> {
+        let run_ids = run_ids.to_vec();
+        self.write(move |conn| {
+            let tx = conn.savepoint().db()?;
+            let mut taken = Vec::new();
+            {
+                let mut delete = tx
+                    .prepare_cached(
+                        "DELETE FROM task_cancel_requests WHERE run_id = ? RETURNING task_id",
+                    )
+                    .db()?;
+                for run_id in run_ids {
+                    let mut tasks: Vec<String> = delete
+                        .query_map([&run_id], |row| row.get(0))
+                        .db()?
+                        .collect::<std::result::Result<_, _>>()
+                        .db()?;
+                    tasks.sort();
+                    taken.extend(tasks.into_iter().map(|task| (run_id.clone(), task)));
                 }
             }
             tx.commit().db()?;

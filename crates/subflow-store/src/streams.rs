@@ -335,6 +335,15 @@ pub trait StreamStore: Send + Sync + std::fmt::Debug {
     /// Removes and returns the cancel requests stored for any of `run_ids`.
     async fn take_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<String>>;
 
+    /// Stores a request to cancel one task of an active run and announces it to the
+    /// run's owner like a run's cancel request; false when the run does not exist or has
+    /// already ended.
+    async fn request_task_cancel(&self, run_id: &str, task_id: &str) -> Result<bool>;
+
+    /// Removes and returns the task cancel requests stored for any of `run_ids`, as
+    /// `(run_id, task_id)` pairs.
+    async fn take_task_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<(String, String)>>;
+
     /// A listener for appends and cancel requests.
     async fn listen(&self) -> Result<StreamNotices>;
 

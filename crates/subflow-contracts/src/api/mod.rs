@@ -18,7 +18,7 @@ pub use meta::{Assistant, Features, GraphSchema, Info, ModelListing, Models};
 pub use runs::{
     CancelAction, DisconnectAction, MultitaskStrategy, Run, RunInput, RunRequest, StreamMode,
 };
-pub use tasks::{TaskStatus, TaskStep, TaskSummary};
+pub use tasks::{TaskCancelAccepted, TaskStatus, TaskStep, TaskSummary};
 pub use threads::{
     HistoryRequest, MessagePage, MessageRecord, SortOrder, StateUpdate, StateUpdated, StateValues,
     Thread, ThreadCreate, ThreadField, ThreadPatch, ThreadSearch, ThreadSortBy, ThreadState,

@@ -68,3 +68,16 @@ pub struct TaskStep {
     /// The tool of a tool step.
     pub tool_name: Option<String>,
 }
+
+/// The answer to a task cancel: the task the request reached, which stops at its next
+/// await point and ends `cancelled`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TaskCancelAccepted {
+    /// Thread id.
+    pub thread_id: String,
+    /// Run id.
+    pub run_id: String,
+    /// The task (its `task` tool call id).
+    pub task_id: String,
+}

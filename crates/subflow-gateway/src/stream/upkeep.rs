@@ -97,7 +97,8 @@ async fn relay_notices(state: AppState, stop: CancellationToken) {
     }
 }
 
-/// Cancels the runs among `run_ids` that execute here and have a cancel request.
+/// Cancels the runs among `run_ids` that execute here and have a cancel request, and
+/// the tasks of theirs that have one.
 async fn cancel_requested(state: &AppState, mut run_ids: Vec<String>) {
     run_ids.retain(|run_id| state.active.get(run_id).is_some());
     if run_ids.is_empty() {
@@ -113,6 +114,17 @@ async fn cancel_requested(state: &AppState, mut run_ids: Vec<String>) {
             }
         }
         Err(error) => tracing::warn!(%error, "reading cancel requests failed"),
+    }
+    match state.store.take_task_cancel_requests(&run_ids).await {
+        Ok(requested) => {
+            for (run_id, task_id) in requested {
+                if let Some(run) = state.active.get(&run_id) {
+                    tracing::info!(run_id, task_id, "cancelling a task on a remote request");
+                    run.tasks.cancel(&task_id);
+                }
+            }
+        }
+        Err(error) => tracing::warn!(%error, "reading task cancel requests failed"),
     }
 }
 

@@ -24,6 +24,7 @@ mod metrics;
 mod outage;
 mod resume;
 mod storage;
+mod task_cancel;
 mod tasks;
 mod threads;
 mod timeouts;

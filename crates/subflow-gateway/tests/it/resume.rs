@@ -17,14 +17,14 @@ use subflow_store_sqlite::SqliteStore;
 use crate::{Frame, TestApp, parse_frames};
 
 /// Bounds every wait of these tests, so a broken stream fails instead of hanging.
-const PATIENCE: Duration = Duration::from_secs(60);
+pub(crate) const PATIENCE: Duration = Duration::from_secs(60);
 
 /// A prompt that runs the demo plan: three tasks with two tool steps each.
-const DEMO: &str = "Compare three storage engines";
+pub(crate) const DEMO: &str = "Compare three storage engines";
 
 /// A gateway on `store`, its scripted model pacing text by `delay_ms`, with run leases
 /// of `lease`. Its spill file and workspaces go in a directory of its own.
-async fn gateway_on(store: Arc<dyn Store>, delay_ms: u64, lease: Duration) -> TestApp {
+pub(crate) async fn gateway_on(store: Arc<dyn Store>, delay_ms: u64, lease: Duration) -> TestApp {
     crate::spawn_app_with(crate::Options {
         delay_ms,
         store: Some(store),
@@ -44,7 +44,7 @@ async fn sqlite_store(dir: &Path) -> SqliteStore {
     SqliteStore::open(&url, 4).await.unwrap()
 }
 
-async fn sqlite_gateway(delay_ms: u64) -> (TestApp, tempfile::TempDir) {
+pub(crate) async fn sqlite_gateway(delay_ms: u64) -> (TestApp, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn Store> = Arc::new(sqlite_store(dir.path()).await);
     let app = gateway_on(store, delay_ms, Duration::from_secs(30)).await;
@@ -52,13 +52,13 @@ async fn sqlite_gateway(delay_ms: u64) -> (TestApp, tempfile::TempDir) {
 }
 
 /// A gateway process of its own on a PostgreSQL database: its own pool and runtime.
-async fn postgres_gateway(url: &str, delay_ms: u64, lease: Duration) -> TestApp {
+pub(crate) async fn postgres_gateway(url: &str, delay_ms: u64, lease: Duration) -> TestApp {
     let store: Arc<dyn Store> = Arc::new(PostgresStore::connect(url, 4).await.unwrap());
     gateway_on(store, delay_ms, lease).await
 }
 
 /// An SSE response read frame by frame, heartbeats skipped.
-struct Sse {
+pub(crate) struct Sse {
     response: reqwest::Response,
     buffer: Vec<u8>,
 }
@@ -77,7 +77,7 @@ impl Sse {
         }
     }
 
-    async fn next(&mut self) -> Option<Frame> {
+    pub(crate) async fn next(&mut self) -> Option<Frame> {
         loop {
             if let Some(end) = self.buffer.windows(2).position(|w| w == b"\n\n") {
                 let block: Vec<u8> = self.buffer.drain(..end + 2).collect();
@@ -109,7 +109,7 @@ impl Sse {
         frames
     }
 
-    async fn rest(mut self) -> Vec<Frame> {
+    pub(crate) async fn rest(mut self) -> Vec<Frame> {
         let mut frames = Vec::new();
         while let Some(frame) = self.next().await {
             frames.push(frame);
@@ -120,7 +120,7 @@ impl Sse {
 
 impl TestApp {
     /// Posts a streamed run and returns its id and the open stream, past `metadata`.
-    async fn start_run(&self, thread: &str, body: Value) -> (String, Frame, Sse) {
+    pub(crate) async fn start_run(&self, thread: &str, body: Value) -> (String, Frame, Sse) {
         let response = self
             .client
             .post(self.url(&format!("/api/threads/{thread}/runs/stream")))
@@ -158,7 +158,7 @@ impl TestApp {
             .await
     }
 
-    async fn run_record(&self, thread: &str, run: &str) -> Value {
+    pub(crate) async fn run_record(&self, thread: &str, run: &str) -> Value {
         let (status, _, body) = self
             .get_json(&format!("/api/threads/{thread}/runs/{run}"))
             .await;
@@ -167,7 +167,7 @@ impl TestApp {
     }
 
     /// The run's record once it is no longer active.
-    async fn finished_run(&self, thread: &str, run: &str) -> Value {
+    pub(crate) async fn finished_run(&self, thread: &str, run: &str) -> Value {
         let (status, _, _) = tokio::time::timeout(
             PATIENCE,
             self.get_json(&format!("/api/threads/{thread}/runs/{run}/join")),
@@ -179,7 +179,7 @@ impl TestApp {
     }
 }
 
-fn demo_request(modes: &[&str], on_disconnect: &str) -> Value {
+pub(crate) fn demo_request(modes: &[&str], on_disconnect: &str) -> Value {
     json!({
         "input": {"messages": [{"role": "user", "content": DEMO}]},
         "stream_mode": modes,

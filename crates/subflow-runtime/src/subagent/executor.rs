@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use subflow_store::batches::CANCELLED_BY_USER;
 
 use serde_json::{Value, json};
 use subflow_contracts::messages::{AiMessage, Message, ToolCall, ToolMessage};
@@ -92,7 +93,7 @@ impl Execution {
         let cancel = self.cancel.clone();
         let outcome = tokio::select! {
             biased;
-            () = cancel.cancelled() => Terminal::new(SubagentStatus::Cancelled, "Cancelled by user".to_owned()),
+            () = cancel.cancelled() => Terminal::new(SubagentStatus::Cancelled, CANCELLED_BY_USER.to_owned()),
             looped = tokio::time::timeout(timeout, self.agent_loop()) => match looped {
                 Ok(outcome) => outcome,
                 Err(_) => Terminal::new(SubagentStatus::TimedOut, format!("Execution timed out after {} seconds", timeout.as_secs())),

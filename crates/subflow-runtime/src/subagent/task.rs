@@ -4,12 +4,15 @@
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
+use subflow_store::batches::CANCELLED_BY_USER;
 
 use serde_json::Value;
 use subflow_contracts::SubagentStatus;
 use subflow_contracts::messages::{ToolCall, ToolMessage};
 use subflow_contracts::task_events::DISAPPEARED_ERROR;
-use subflow_contracts::task_result::{TaskOutcome, task_tool_message, unknown_subagent_type_error};
+use subflow_contracts::task_result::{
+    TASK_CANCELLED, TaskOutcome, task_tool_message, unknown_subagent_type_error,
+};
 use tracing::Instrument;
 use uuid::Uuid;
 
@@ -154,24 +157,45 @@ async fn supervise(
         run.sink.clone(),
         run.subagent_buffer.clone(),
     ));
+    // Cancelled with the run, or alone through the run's task controls; registered
+    // before the task is announced, so a client that sees it can cancel it.
+    let cancel = run.cancel.child_token();
+    let _registration = run.tasks.start(&call.id, cancel.clone());
     emitter.started(&description);
     let collector = Arc::new(Collector::for_subagent(&definition.name));
     let terminal = Arc::new(OnceLock::new());
     let timeout_seconds = definition.timeout_seconds;
 
     let permit = tokio::select! {
-        admitted = runtime.admission.admit() => admitted,
-        () = run.cancel.cancelled() => {
-            return parent_cancelled(run, &emitter, &collector, &terminal, None, config.supervision_grace).await;
-        }
+        admitted = runtime.admission.admit() => Some(admitted),
+        () = cancel.cancelled() => None,
     };
+    if permit.is_none() && run.cancel.is_cancelled() {
+        return parent_cancelled(
+            run,
+            &emitter,
+            &collector,
+            &terminal,
+            None,
+            config.supervision_grace,
+        )
+        .await;
+    }
     let handle = match permit {
-        Err(error) => {
+        None => {
+            tracing::info!(target: LOG_TARGET, "[trace={trace}] task {} cancelled before it started", call.id);
+            let _ = terminal.set(Terminal::new(
+                SubagentStatus::Cancelled,
+                TASK_CANCELLED.to_owned(),
+            ));
+            None
+        }
+        Some(Err(error)) => {
             tracing::warn!(target: LOG_TARGET, "[trace={trace}] task {} not admitted: {error}", call.id);
             let _ = terminal.set(Terminal::new(SubagentStatus::Failed, error.to_string()));
             None
         }
-        Ok(permit) => {
+        Some(Ok(permit)) => {
             let execution = Execution {
                 definition,
                 model,
@@ -189,7 +213,7 @@ async fn supervise(
                     run: run.clone(),
                 }),
                 collector: collector.clone(),
-                cancel: run.cancel.child_token(),
+                cancel,
                 identity: ExecutionIdentity {
                     scope_id: run.run_id.clone(),
                     execution_id,
@@ -254,10 +278,14 @@ async fn supervise(
         )
         .await;
     }
-    let ended = terminal
+    let mut ended = terminal
         .get()
         .cloned()
         .unwrap_or_else(|| Terminal::new(SubagentStatus::Failed, DISAPPEARED_ERROR.to_owned()));
+    if ended.status == SubagentStatus::Cancelled {
+        // Cancelled alone (the run goes on): the lead reads the contract's sentence.
+        ended.error = Some(TASK_CANCELLED.to_owned());
+    }
     runtime_report(run, &collector);
     let usage = collector.totals();
     let event = match ended.status {
@@ -307,7 +335,7 @@ async fn parent_cancelled(
     }
     let _ = terminal.set(Terminal::new(
         SubagentStatus::Cancelled,
-        "Cancelled by user".to_owned(),
+        CANCELLED_BY_USER.to_owned(),
     ));
     runtime_report(run, collector);
     let ended = terminal.get().cloned().expect("set above if it was empty");

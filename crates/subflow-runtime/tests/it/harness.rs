@@ -111,6 +111,7 @@ impl Harness {
             trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
             delegation_trace: None,
             cancel: CancellationToken::new(),
+            tasks: Default::default(),
             timeout: Duration::from_secs(600),
             trace: Default::default(),
         };

@@ -138,6 +138,7 @@ async fn a_run_whose_status_was_already_ended_writes_no_second_run_end() {
         trace_id: "0af7651916cd43dd8448eb211c80319c".into(),
         delegation_trace: None,
         cancel: tokio_util::sync::CancellationToken::new(),
+        tasks: Default::default(),
         timeout: Duration::from_secs(600),
         trace: Default::default(),
     };

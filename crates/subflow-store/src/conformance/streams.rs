@@ -31,6 +31,7 @@ macro_rules! stream_conformance_tests {
             streams_expired_leases_are_recovered_once_with_closing_frames,
             streams_startup_recovery_takes_every_active_run,
             streams_cancel_requests_are_stored_taken_once_and_announced,
+            streams_task_cancel_requests_are_stored_per_task_taken_once_and_announced,
             streams_appends_and_recoveries_are_announced_with_the_last_id,
         );
     };
@@ -570,6 +571,66 @@ pub async fn streams_cancel_requests_are_stored_taken_once_and_announced(store: 
     assert!(store.release_run_lease("r1", "a").await.unwrap());
     assert!(
         store.take_cancel_requests(&runs).await.unwrap().is_empty(),
+        "released with the lease"
+    );
+}
+
+/// A task cancel request is stored for a task of an active run only, announced like a
+/// run's, taken once per task, and forgotten with the run's lease.
+pub async fn streams_task_cancel_requests_are_stored_per_task_taken_once_and_announced(
+    store: Arc<dyn Store>,
+) {
+    run_in(&*store, "t1", "r1", RunStatus::Running).await;
+    run_in(&*store, "t1", "r2", RunStatus::Success).await;
+    let mut notices = store.listen().await.unwrap();
+    assert!(store.request_task_cancel("r1", "call_b").await.unwrap());
+    assert_eq!(
+        next_notice(&mut notices).await,
+        StreamNotice::CancelRequested {
+            run_id: "r1".into()
+        }
+    );
+    assert!(store.request_task_cancel("r1", "call_a").await.unwrap());
+    assert!(
+        store.request_task_cancel("r1", "call_a").await.unwrap(),
+        "a repeat is one request"
+    );
+    assert!(
+        !store.request_task_cancel("r2", "call_a").await.unwrap(),
+        "ended"
+    );
+    assert!(
+        !store
+            .request_task_cancel("missing", "call_a")
+            .await
+            .unwrap()
+    );
+    let runs = ["r1".to_owned(), "r2".to_owned()];
+    // A run's own cancel requests are apart from its tasks'.
+    assert!(store.take_cancel_requests(&runs).await.unwrap().is_empty());
+    assert_eq!(
+        store.take_task_cancel_requests(&runs).await.unwrap(),
+        [
+            ("r1".to_owned(), "call_a".to_owned()),
+            ("r1".to_owned(), "call_b".to_owned())
+        ]
+    );
+    assert!(
+        store
+            .take_task_cancel_requests(&runs)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.request_task_cancel("r1", "call_c").await.unwrap());
+    assert!(store.acquire_run_lease("r1", "a", LIVE).await.unwrap());
+    assert!(store.release_run_lease("r1", "a").await.unwrap());
+    assert!(
+        store
+            .take_task_cancel_requests(&runs)
+            .await
+            .unwrap()
+            .is_empty(),
         "released with the lease"
     );
 }

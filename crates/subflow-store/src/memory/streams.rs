@@ -29,6 +29,17 @@ struct Tables {
     /// Run id → (owner, expiry in epoch ms).
     leases: HashMap<String, (String, i64)>,
     cancels: HashSet<String>,
+    /// Run id → the tasks someone asked to cancel.
+    task_cancels: HashMap<String, HashSet<String>>,
+}
+
+impl Tables {
+    /// Forgets a run's lease and cancel requests.
+    fn forget_lease(&mut self, run_id: &str) {
+        self.leases.remove(run_id);
+        self.cancels.remove(run_id);
+        self.task_cancels.remove(run_id);
+    }
 }
 
 #[derive(Debug)]
@@ -66,8 +77,7 @@ impl MemoryStreams {
         let mut tables = self.lock();
         for run_id in run_ids {
             tables.logs.remove(run_id);
-            tables.leases.remove(run_id);
-            tables.cancels.remove(run_id);
+            tables.forget_lease(run_id);
         }
     }
 }
@@ -205,8 +215,7 @@ impl StreamStore for MemoryStore {
         {
             return Ok(false);
         }
-        tables.leases.remove(run_id);
-        tables.cancels.remove(run_id);
+        tables.forget_lease(run_id);
         Ok(true)
     }
 
@@ -264,8 +273,7 @@ impl StreamStore for MemoryStore {
                 log.ended_at = Some(epoch_millis());
             }
             let last_id = log.last_id;
-            tables.leases.remove(run_id);
-            tables.cancels.remove(run_id);
+            tables.forget_lease(run_id);
             Some((
                 RecoveredRun {
                     thread_id: run.thread_id.clone(),
@@ -308,6 +316,39 @@ impl StreamStore for MemoryStore {
             .filter(|run_id| tables.cancels.remove(run_id.as_str()))
             .cloned()
             .collect())
+    }
+
+    async fn request_task_cancel(&self, run_id: &str, task_id: &str) -> Result<bool> {
+        let active = self.with_runs(|runs| {
+            runs.iter()
+                .any(|r| r.run_id == run_id && r.status.is_active())
+        });
+        if !active {
+            return Ok(false);
+        }
+        self.streams
+            .lock()
+            .task_cancels
+            .entry(run_id.to_owned())
+            .or_default()
+            .insert(task_id.to_owned());
+        self.streams.notices.publish(StreamNotice::CancelRequested {
+            run_id: run_id.to_owned(),
+        });
+        Ok(true)
+    }
+
+    async fn take_task_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<(String, String)>> {
+        let mut tables = self.streams.lock();
+        let mut taken = Vec::new();
+        for run_id in run_ids {
+            if let Some(tasks) = tables.task_cancels.remove(run_id) {
+                let mut tasks: Vec<String> = tasks.into_iter().collect();
+                tasks.sort();
+                taken.extend(tasks.into_iter().map(|task| (run_id.clone(), task)));
+            }
+        }
+        Ok(taken)
     }
 
     async fn listen(&self) -> Result<StreamNotices> {

@@ -89,6 +89,7 @@ impl Harness {
             trace_id: TRACE_ID.into(),
             delegation_trace: None,
             cancel: CancellationToken::new(),
+            tasks: Default::default(),
             timeout: Duration::from_secs(600),
             trace,
         };

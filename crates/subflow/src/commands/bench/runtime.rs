@@ -171,6 +171,7 @@ async fn measure(
         trace_id: uuid::Uuid::new_v4().simple().to_string(),
         delegation_trace: None,
         cancel: CancellationToken::new(),
+        tasks: Default::default(),
         timeout: Duration::from_secs(600),
         trace: Default::default(),
     };
