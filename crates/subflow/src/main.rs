@@ -61,6 +61,9 @@ enum Command {
     /// List, watch, control and export durable batches (SUBFLOW_URL, SUBFLOW_TOKEN).
     #[command(subcommand)]
     Batches(commands::batches::BatchesCommand),
+    /// Stop one task of a run (SUBFLOW_URL, SUBFLOW_TOKEN).
+    #[command(subcommand)]
+    Tasks(commands::tasks::TasksCommand),
     /// Apply the embedded migrations to the database.
     Migrate(commands::migrate::Args),
     /// Print the binary and contract versions.
@@ -113,6 +116,7 @@ fn main() -> ExitCode {
             Command::Tail(args) => commands::tail::run(args).await,
             Command::Usage(args) => commands::usage::run(args).await,
             Command::Batches(command) => commands::batches::run(command).await,
+            Command::Tasks(command) => commands::tasks::run(command).await,
             Command::Migrate(args) => commands::migrate::run(args).await,
             Command::Version => commands::version::run(),
             Command::Config(command) => commands::config::run(command),

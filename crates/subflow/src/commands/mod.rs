@@ -9,6 +9,7 @@ pub mod migrate;
 pub mod run;
 pub mod serve;
 pub mod tail;
+pub mod tasks;
 pub mod tokens;
 pub mod usage;
 pub mod users;

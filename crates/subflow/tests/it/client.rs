@@ -607,3 +607,78 @@ fn unknown_threads_runs_and_models_are_usage_errors_in_usage_tail_and_run() {
     );
     assert_eq!(client(&address, &["usage", "idle"]).status.code(), Some(0));
 }
+
+/// The run's task summaries, through `GET …/tasks`.
+fn task_summaries(address: &str, thread: &str, run: &str) -> Vec<Value> {
+    let body = http::blocking_get(address, &format!("/api/threads/{thread}/runs/{run}/tasks"));
+    serde_json::from_str(&body).unwrap()
+}
+
+#[test]
+fn tasks_cancel_stops_one_task_and_the_run_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_delay(dir.path(), 100);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
+    let run = start_run(&address, "stopped-task");
+    // Three tasks running, as their persisted starts say.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let tasks = loop {
+        let tasks = task_summaries(&address, "stopped-task", &run);
+        if tasks.len() == 3 && tasks.iter().all(|t| t["status"] == "running") {
+            break tasks;
+        }
+        assert!(std::time::Instant::now() < deadline, "{tasks:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    let victim = tasks[1]["task_id"].as_str().unwrap();
+    let output = client(&address, &["tasks", "cancel", "stopped-task", &run, victim]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("Task {victim} of run {run}")),
+        "{stdout}"
+    );
+    // The run goes on to its end; only the one task is cancelled.
+    let joined = http::blocking_get(
+        &address,
+        &format!("/api/threads/stopped-task/runs/{run}/join"),
+    );
+    assert!(joined.contains("messages"), "{joined}");
+    let ended: Vec<(String, String)> = task_summaries(&address, "stopped-task", &run)
+        .iter()
+        .map(|t| {
+            (
+                t["task_id"].as_str().unwrap().to_owned(),
+                t["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    for (task, status) in &ended {
+        let expected = if task == victim {
+            "cancelled"
+        } else {
+            "completed"
+        };
+        assert_eq!(status, expected, "{ended:?}");
+    }
+    // Again: the task has ended (a conflict, exit 1); an unknown task is a usage error.
+    let again = client(&address, &["tasks", "cancel", "stopped-task", &run, victim]);
+    assert_eq!(again.status.code(), Some(1));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("has already ended (cancelled)"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    let unknown = client(
+        &address,
+        &["tasks", "cancel", "stopped-task", &run, "call_x"],
+    );
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("Task call_x not found"));
+}
