@@ -102,5 +102,6 @@ export const paths = {
   cancel: (t, r) => `/api/threads/${enc(t)}/runs/${enc(r)}/cancel?action=interrupt`,
   events: (t, r, query) => `/api/threads/${enc(t)}/runs/${enc(r)}/events?${query}`,
   tasks: (t, r) => `/api/threads/${enc(t)}/runs/${enc(r)}/tasks`,
+  cancelTask: (t, r, task) => `/api/threads/${enc(t)}/runs/${enc(r)}/tasks/${enc(task)}/cancel`,
   tokenUsage: (t) => `/api/threads/${enc(t)}/token-usage`,
 };

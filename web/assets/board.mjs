@@ -29,7 +29,7 @@ function turnLoading(id) {
 function cardElement(id) {
   let element = state.cardElements.get(id);
   if (element === undefined) {
-    element = new CardElement(id, toggleCard);
+    element = new CardElement(id, toggleCard, stopTask);
     state.cardElements.set(id, element);
   }
   return element;
@@ -44,7 +44,29 @@ export function renderCard(id) {
     tokenUsageEnabled: state.tokenUsageEnabled,
     models: state.models,
   });
-  cardElement(id).update(view, card.prompt, state.expanded.has(id), state.backfill.get(id) ?? "idle");
+  cardElement(id).update(view, card.prompt, state.expanded.has(id), state.backfill.get(id) ?? "idle", liveRunOf(id) !== null);
+}
+
+/** The live run a card's task runs in, while that run is not being stopped; else null. */
+function liveRunOf(id) {
+  const run = state.run;
+  if (run === null || run.stopping || run.runId === null || run.threadId !== state.threadId) return null;
+  const runId = state.cardRun.get(id) ?? state.turnRun.get(state.cardTurn.get(id));
+  return runId === run.runId ? runId : null;
+}
+
+/** Stops one task of the live run (`…/tasks/{task_id}/cancel`); the run goes on. */
+export async function stopTask(id) {
+  const runId = liveRunOf(id);
+  const element = cardElement(id);
+  if (runId === null) return;
+  element.setStop("stopping");
+  try {
+    await apiJson(paths.cancelTask(state.run.threadId, runId, id), { method: "POST" });
+    announce(`Stopping subtask: ${state.cards.get(id)?.description ?? id}`);
+  } catch (error) {
+    element.setStop("failed", error.message);
+  }
 }
 
 export function renderAllCards() {

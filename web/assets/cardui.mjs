@@ -26,12 +26,19 @@ function stepRow(step) {
   );
 }
 
-/** One task card. `onToggle(id, expanded)` is called when its header is activated. */
+/**
+ * One task card. `onToggle(id, expanded)` is called when its header is activated, and
+ * `onStop(id)` when the user confirms stopping the task.
+ */
 export class CardElement {
-  constructor(id, onToggle) {
+  constructor(id, onToggle, onStop) {
     this.id = id;
     this.expanded = false;
     this.renderedSteps = [];
+    // The stop control: "idle" (a Stop button), "confirm" (asked in place), "stopping"
+    // (the request went out), or "failed" (it was refused; the reason is shown).
+    this.stop = "idle";
+    this.stopError = "";
     const bodyId = `card-body-${++serial}`;
     this.icon = h("span", { class: "status-icon", "aria-hidden": "true" });
     this.statusWord = h("span", { class: "visually-hidden" });
@@ -65,12 +72,53 @@ export class CardElement {
     this.result = h("p", { class: "card-result", hidden: true });
     this.error = h("p", { class: "card-error", hidden: true });
     this.body = h("div", { class: "card-body", id: bodyId, hidden: true }, this.prompt, this.loading, this.steps, this.result, this.error);
-    this.root = h("article", { class: "task-card", dataset: { taskId: id } }, this.toggle, this.body);
+    const description = () => this.description.textContent || id;
+    this.stopButton = h("button", { type: "button", class: "card-stop", onclick: () => this.setStop("confirm") }, "Stop task");
+    this.stopQuestion = h("span", { class: "card-stop-question" }, "Stop this task? The run goes on without it.");
+    this.stopConfirm = h("button", { type: "button", class: "card-stop-confirm", onclick: () => onStop(this.id) }, "Stop");
+    this.stopKeep = h("button", { type: "button", class: "card-stop-keep", onclick: () => this.setStop("idle") }, "Keep running");
+    this.stopNote = h("span", { class: "card-stop-note", role: "status" });
+    this.stopBox = h(
+      "div",
+      { class: "card-stop-box", hidden: true },
+      this.stopButton,
+      this.stopQuestion,
+      this.stopConfirm,
+      this.stopKeep,
+      this.stopNote,
+    );
+    this.stopButton.setAttribute("aria-label", `Stop task: ${description()}`);
+    this.root = h("article", { class: "task-card", dataset: { taskId: id } }, this.toggle, this.stopBox, this.body);
   }
 
-  /** Shows `view`; `backfill` is "idle", "loading" or "failed". */
-  update(view, prompt, expanded, backfill) {
+  /** Moves the stop control to `stop` and shows it. */
+  setStop(stop, error = "") {
+    this.stop = stop;
+    this.stopError = error;
+    this.renderStop(true);
+    if (stop === "confirm") this.stopConfirm.focus();
+  }
+
+  /** Shows the stop control while the task can be stopped, and what became of a stop. */
+  renderStop(stoppable) {
+    const asked = this.stop !== "idle";
+    this.stopBox.hidden = !stoppable && this.stop !== "failed";
+    this.stopButton.hidden = asked;
+    this.stopButton.setAttribute("aria-label", `Stop task: ${this.description.textContent || this.id}`);
+    this.stopQuestion.hidden = this.stop !== "confirm";
+    this.stopConfirm.hidden = this.stop !== "confirm";
+    this.stopKeep.hidden = this.stop !== "confirm";
+    this.stopNote.hidden = this.stop !== "stopping" && this.stop !== "failed";
+    setText(this.stopNote, this.stop === "stopping" ? "Stopping…" : `The task could not be stopped: ${this.stopError}`);
+  }
+
+  /**
+   * Shows `view`; `backfill` is "idle", "loading" or "failed"; `stoppable` says whether
+   * the task runs in the live run, so that it can be stopped alone.
+   */
+  update(view, prompt, expanded, backfill, stoppable = false) {
     this.expanded = expanded;
+    if (view.status !== "in_progress" && this.stop !== "failed") this.stop = "idle";
     this.root.dataset.status = view.status;
     this.icon.className = `status-icon ${view.status === "in_progress" ? "spinner" : view.status}`;
     setText(this.statusWord, `${STATUS_WORDS[view.status]}: `);
@@ -88,6 +136,7 @@ export class CardElement {
     this.capped.hidden = view.stopReason === null;
     setText(this.header, view.header);
     this.toggle.setAttribute("aria-expanded", String(expanded));
+    this.renderStop(stoppable && view.status === "in_progress");
     this.body.hidden = !expanded;
     if (!expanded) return;
 

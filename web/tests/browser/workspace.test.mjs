@@ -198,6 +198,67 @@ describe("stopping", () => {
     }
   });
 
+  test("the stop control on one running card stops only that card, confirmed in place", async () => {
+    const browser = await openBrowser();
+    const { page } = browser;
+    try {
+      await page.goto(`${server.base}/`);
+      await ready(page);
+      await send(page, "Compare two queues");
+      await page.waitForFunction(
+        () => {
+          const running = [...document.querySelectorAll('.task-card[data-status="in_progress"]')];
+          return (
+            running.length === 3 &&
+            running.every(
+              (card) =>
+                !card.querySelector(".card-stop-box").hidden &&
+                !card.querySelector(".step-count").textContent.startsWith("0 "),
+            )
+          );
+        },
+        null,
+        { timeout: 30000 },
+      );
+      const second = page.locator(".task-card").nth(1);
+      const id = await second.getAttribute("data-task-id");
+      // Asked in place; "Keep running" takes the question back.
+      await second.locator(".card-stop").click();
+      assert.ok(await second.locator(".card-stop-question").isVisible());
+      assert.ok(!(await second.locator(".card-stop").isVisible()));
+      await second.locator(".card-stop-keep").click();
+      assert.ok(await second.locator(".card-stop").isVisible());
+      assert.equal(await second.getAttribute("data-status"), "in_progress");
+      await second.locator(".card-stop").click();
+      await second.locator(".card-stop-confirm").click();
+      await page.waitForFunction(
+        (taskId) => document.querySelector(`.task-card[data-task-id="${taskId}"]`).dataset.status === "failed",
+        id,
+        { timeout: 30000 },
+      );
+      await screenshot(page, "one-task-stopped");
+      await runEnded(page);
+      const ended = await cards(page);
+      assert.deepEqual(
+        ended.map((c) => [c.id === id, c.status]),
+        [
+          [false, "completed"],
+          [true, "failed"],
+          [false, "completed"],
+        ],
+      );
+      assert.match(ended[1].tokens, /^\d[\d,]* Tokens$/, "the stopped card keeps its usage");
+      assert.equal(await page.locator(".card-stop-box:not([hidden])").count(), 0);
+      // Its body says it was stopped, and the run's answer went on without it.
+      await second.locator(".card-toggle").click();
+      assert.equal(await second.locator(".card-error").textContent(), "Task cancelled by user.");
+      assert.ok(await page.getByText("Task cancelled by user.", { exact: false }).count() >= 1);
+      assert.deepEqual(browser.errors, []);
+    } finally {
+      await browser.close();
+    }
+  });
+
   test("a Stop while the answer streams leaves no spinner", async () => {
     const browser = await openBrowser();
     const { page } = browser;
