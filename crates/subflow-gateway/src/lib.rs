@@ -173,7 +173,12 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(events::list))
         .routes(routes!(tasks::list))
         .routes(routes!(tasks::cancel))
-        .routes(routes!(batches::list))
+        .routes({
+            // A batch submission carries a whole file of items.
+            let (schemas, paths, methods) = routes!(batches::list, batches::submit);
+            let limit = axum::extract::DefaultBodyLimit::max(routes::MAX_BATCH_BODY_BYTES);
+            (schemas, paths, methods.layer(limit))
+        })
         .routes(routes!(batches::get))
         .routes(routes!(batches::items))
         .routes(routes!(batches::pause))

@@ -181,23 +181,92 @@ pub(crate) async fn run_batch_tool(
     }
 }
 
-/// Validates and submits; the batch stored (new or by an earlier identical call), or
-/// the text the model gets.
+/// Validates and submits a lead's `batch_task` call; the batch stored (new or by an
+/// earlier identical call), or the text the model gets.
 async fn submit(
     runtime: &Runtime,
     run: &RunContext,
     call: &ToolCall,
 ) -> Result<BatchRecord, String> {
+    let scope = if run.run_id.is_empty() {
+        &run.thread_id
+    } else {
+        &run.run_id
+    };
+    let by = Submitter {
+        user_id: run.user_id.clone(),
+        thread_id: run.thread_id.clone(),
+        run_id: (!run.run_id.is_empty()).then(|| run.run_id.clone()),
+        tool_call_id: Some(call.id.clone()),
+        trace_id: run.trace_id.clone(),
+        model_name: run.model_name.clone(),
+        submission_key: format!("{scope}:{}", call.id),
+    };
+    submit_batch(runtime, &call.args, by)
+        .await
+        .map(|submitted| submitted.batch)
+        .map_err(|error| error.to_string())
+}
+
+/// Who submits a batch: a lead's `batch_task` call, or a client of the API.
+#[derive(Debug, Clone)]
+pub struct Submitter {
+    /// The owner of the batch.
+    pub user_id: String,
+    /// Its thread.
+    pub thread_id: String,
+    /// The run whose lead submitted it, if one did.
+    pub run_id: Option<String>,
+    /// The `batch_task` call that submitted it, if one did.
+    pub tool_call_id: Option<String>,
+    /// The trace id its items' runs carry.
+    pub trace_id: String,
+    /// The model a subagent definition without one of its own runs on.
+    pub model_name: String,
+    /// The idempotency key: a second submission with it returns the first batch.
+    pub submission_key: String,
+}
+
+/// A batch refused, with the text the model or the client reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SubmitError {
+    /// The arguments break a rule of `batch_task`.
+    #[error("{0}")]
+    Invalid(String),
+    /// The store did not take a valid batch.
+    #[error("{0}")]
+    Store(String),
+}
+
+/// A batch as submitted.
+#[derive(Debug, Clone)]
+pub struct Submitted {
+    /// The batch stored.
+    pub batch: BatchRecord,
+    /// False when an earlier submission with the same key had stored it.
+    pub created: bool,
+}
+
+/// Validates `args` (the `batch_task` arguments: title, items, subagent_type,
+/// max_live_items, max_running_items) in the tool's order and with its texts, and
+/// stores the batch; a submission key already used returns the batch it stored.
+pub async fn submit_batch(
+    runtime: &Runtime,
+    args: &Value,
+    by: Submitter,
+) -> Result<Submitted, SubmitError> {
     let config = runtime.config();
     let limits = &config.batches;
-    let args = SubmitArgs::deserialize(&call.args)
-        .map_err(|error| format!("Batch submission failed: invalid arguments: {error}"))?;
+    let failed =
+        |reason: String| SubmitError::Invalid(format!("Batch submission failed: {reason}"));
+    let args = SubmitArgs::deserialize(args)
+        .map_err(|error| failed(format!("invalid arguments: {error}")))?;
     if args.items.is_empty() {
-        return Err(NO_ITEMS.to_owned());
+        return Err(SubmitError::Invalid(NO_ITEMS.to_owned()));
     }
     let mut keys = std::collections::HashSet::with_capacity(args.items.len());
     if !args.items.iter().all(|item| keys.insert(item.key.as_str())) {
-        return Err(DUPLICATE_KEYS.to_owned());
+        return Err(SubmitError::Invalid(DUPLICATE_KEYS.to_owned()));
     }
     let kind = args.subagent_type.unwrap_or_default();
     let Some(definition) = config
@@ -211,14 +280,13 @@ async fn submit(
         } else {
             names.join(", ")
         };
-        return Err(format!(
+        return Err(SubmitError::Invalid(format!(
             "Unknown or disallowed subagent type '{kind}'. Available: {names}"
-        ));
+        )));
     };
-    if run.thread_id.is_empty() {
-        return Err(NO_THREAD.to_owned());
+    if by.thread_id.is_empty() {
+        return Err(SubmitError::Invalid(NO_THREAD.to_owned()));
     }
-    let failed = |reason: String| format!("Batch submission failed: {reason}");
     let ceiling = limits.max_items_per_batch.min(MAX_ITEMS);
     if args.items.len() > ceiling {
         return Err(failed(format!(
@@ -261,38 +329,33 @@ async fn submit(
             "max_running_items ({running}) must not exceed max_live_items ({live})"
         )));
     }
+    let title = args.title.unwrap_or_default().trim().to_owned();
+    let title_chars = title.chars().count();
+    if title_chars > TITLE_MAX_CHARS {
+        return Err(failed(format!(
+            "title must have at most {TITLE_MAX_CHARS} characters, got {title_chars}"
+        )));
+    }
     let model_name =
-        runtime.model_name(Some(definition.model.as_deref().unwrap_or(&run.model_name)));
-    let run_id = (!run.run_id.is_empty()).then(|| run.run_id.clone());
+        runtime.model_name(Some(definition.model.as_deref().unwrap_or(&by.model_name)));
     let spec = ExecutionSpec::new(
         definition,
         &model_name,
         SubmittedBy {
-            user_id: run.user_id.clone(),
-            thread_id: run.thread_id.clone(),
-            run_id: run_id.clone(),
-            tool_call_id: Some(call.id.clone()),
-            trace_id: run.trace_id.clone(),
+            user_id: by.user_id.clone(),
+            thread_id: by.thread_id.clone(),
+            run_id: by.run_id.clone(),
+            tool_call_id: by.tool_call_id.clone(),
+            trace_id: by.trace_id.clone(),
         },
     );
-    let scope = if run.run_id.is_empty() {
-        &run.thread_id
-    } else {
-        &run.run_id
-    };
     let batch = NewBatch {
-        thread_id: run.thread_id.clone(),
-        user_id: run.user_id.clone(),
-        run_id,
-        tool_call_id: Some(call.id.clone()),
-        submission_key: format!("{scope}:{}", call.id),
-        title: args
-            .title
-            .unwrap_or_default()
-            .trim()
-            .chars()
-            .take(TITLE_MAX_CHARS)
-            .collect(),
+        thread_id: by.thread_id,
+        user_id: by.user_id,
+        run_id: by.run_id,
+        tool_call_id: by.tool_call_id,
+        submission_key: by.submission_key,
+        title,
         subagent_type: definition.name.clone(),
         max_live_items: live,
         max_running_items: running,
@@ -303,11 +366,17 @@ async fn submit(
     match runtime.store.submit_batch(batch).await {
         Ok(submitted) => {
             if submitted.created {
-                tracing::info!(batch_id = %submitted.batch.id, items = submitted.batch.total_items, run_id = %run.run_id, "batch submitted");
+                tracing::info!(batch_id = %submitted.batch.id, items = submitted.batch.total_items, "batch submitted");
             }
-            Ok(submitted.batch)
+            Ok(Submitted {
+                batch: submitted.batch,
+                created: submitted.created,
+            })
         }
-        Err(error) => Err(failed(error.to_string())),
+        Err(subflow_store::Error::InvalidBatch(reason)) => Err(failed(reason)),
+        Err(error) => Err(SubmitError::Store(format!(
+            "Batch submission failed: {error}"
+        ))),
     }
 }
 

@@ -250,6 +250,9 @@ impl NewBatch {
                 "title must have at most {TITLE_MAX_CHARS} characters, got {title}"
             )));
         }
+        if self.title.contains('\0') {
+            return Err(invalid("title must not contain NUL (\\u0000)".to_owned()));
+        }
         if self.subagent_type.trim().is_empty() {
             return Err(invalid("subagent_type must not be empty".to_owned()));
         }
@@ -373,6 +376,20 @@ impl NewItem {
         if !(1..=PROMPT_MAX_CHARS).contains(&prompt) {
             return Err(invalid(format!(
                 "item prompt must have 1-{PROMPT_MAX_CHARS} characters, got {prompt} at position {position}"
+            )));
+        }
+        // PostgreSQL's text cannot hold NUL, so no backend takes it.
+        let with_nul = [("item key", &self.item_key), ("item prompt", &self.prompt)]
+            .into_iter()
+            .chain(
+                self.acceptance_criteria
+                    .iter()
+                    .map(|criterion| ("an acceptance criterion", criterion)),
+            )
+            .find(|(_, text)| text.contains('\0'));
+        if let Some((what, _)) = with_nul {
+            return Err(invalid(format!(
+                "{what} must not contain NUL (\\u0000) at position {position}"
             )));
         }
         if self.acceptance_criteria.len() > MAX_CRITERIA {

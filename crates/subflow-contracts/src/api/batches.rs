@@ -235,3 +235,40 @@ pub struct BatchFeatures {
     /// `subagent_runtime.max_running` while a worker runs, else 0.
     pub max_running: u32,
 }
+
+/// `POST /api/threads/{thread_id}/subagent-batches`: a batch submitted without a lead,
+/// with the `batch_task` tool's arguments and an idempotency key; unknown fields are 422.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BatchSubmission {
+    /// A second submission with the same key returns the first batch (1-256 characters).
+    pub submission_key: String,
+    /// A title shown with the batch (at most 256 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// The items, each with a key unique in the batch.
+    pub items: Vec<BatchSubmissionItem>,
+    /// The subagent type every item runs as.
+    pub subagent_type: String,
+    /// Items claimed at once; absent or 0 is the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_live_items: Option<i64>,
+    /// Items running at once; absent or 0 is the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_running_items: Option<i64>,
+}
+
+/// One item of a [`BatchSubmission`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct BatchSubmissionItem {
+    /// Unique in the batch (1-128 characters).
+    pub key: String,
+    /// What the subagent is asked (1-100,000 characters).
+    pub prompt: String,
+    /// At most 20, each at most 500 characters.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub acceptance_criteria: Option<Vec<String>>,
+}

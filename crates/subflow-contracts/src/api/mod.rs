@@ -13,7 +13,10 @@ pub mod usage;
 
 use serde::{Deserialize, Serialize};
 
-pub use batches::{Batch, BatchCounts, BatchExportLine, BatchFeatures, BatchItem, ItemUsage};
+pub use batches::{
+    Batch, BatchCounts, BatchExportLine, BatchFeatures, BatchItem, BatchSubmission,
+    BatchSubmissionItem, ItemUsage,
+};
 pub use meta::{Assistant, Features, GraphSchema, Info, ModelListing, Models};
 pub use runs::{
     CancelAction, DisconnectAction, MultitaskStrategy, Run, RunInput, RunRequest, StreamMode,

@@ -4,18 +4,20 @@
 //! Every route runs the thread checks of SPEC §13 first (`threads:read` for GET,
 //! `threads:write` for POST), then loads the batch for the caller's user in that thread:
 //! a missing or foreign batch, or one of another thread, is 404 `Subagent batch not
-//! found`. There is no create route: the lead submits batches with `batch_task`.
+//! found`. Batches are submitted by a lead's `batch_task` call, or without a lead by
+//! `POST …/subagent-batches` with the same arguments and an idempotency key.
 
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::header;
+use axum::extract::rejection::BytesRejection;
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use subflow_contracts::api::{
-    Batch, BatchExportLine, BatchItem as PublicItem, ErrorBody, Features,
+    Batch, BatchExportLine, BatchItem as PublicItem, BatchSubmission, ErrorBody, Features,
 };
 use subflow_contracts::{BatchItemStatus, Permission};
 use subflow_store::batches::{
@@ -25,10 +27,12 @@ use subflow_store::batches::{
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
-use super::{ThreadPath, paging};
+use super::threads::owned_or_created;
+use super::{MAX_BATCH_BODY_BYTES, ThreadPath, paging, parse_body_within};
 use crate::auth::{Caller, authorize_thread};
 use crate::batch_progress::{Progress, progress, window_start};
 use crate::extract::{Path, Query};
+use crate::trace::RequestTrace;
 use crate::{ApiError, AppState};
 
 /// `{thread_id}/subagent-batches/{batch_id}`.
@@ -313,6 +317,61 @@ pub async fn list(
         .await
         .map_err(store_error)?;
     Ok(Json(present(&state, &scope, &batches).await?))
+}
+
+/// `POST ""`: a batch of the caller's, submitted without a lead. The body is the
+/// `batch_task` tool's arguments with a `submission_key`, validated in the tool's order
+/// and with its texts; a key already used returns the batch it created (200, not 201).
+/// A thread the caller does not have yet is created, as a run creates it.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches", tag = "batches", params(ThreadPath),
+    request_body(content = BatchSubmission, description = "The items and limits of the batch"),
+    responses(
+        (status = 201, description = "The batch, created", body = Batch),
+        (status = 200, description = "The batch an earlier submission with the same key created", body = Batch),
+        (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 422, description = "Invalid body, or a batch the batch_task rules refuse (the detail is the tool's text)", body = ErrorBody),
+        (status = 503, description = "Durable batches are unavailable, or the batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:write"))))]
+pub async fn submit(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(ThreadPath { thread_id }): Path<ThreadPath>,
+    Extension(trace): Extension<RequestTrace>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<(StatusCode, Json<Batch>), ApiError> {
+    let mut submission: BatchSubmission = parse_body_within(&body, MAX_BATCH_BODY_BYTES)?;
+    if !state.batches.enabled {
+        return Err(ApiError::Unavailable(
+            subflow_runtime::batch::UNAVAILABLE.to_owned(),
+        ));
+    }
+    owned_or_created(&state, &caller, Permission::RunsWrite, &thread_id).await?;
+    let submission_key = std::mem::take(&mut submission.submission_key);
+    let args = serde_json::to_value(&submission).expect("a submission always serialises");
+    let by = subflow_runtime::batch::Submitter {
+        user_id: caller.user_id.clone(),
+        thread_id: thread_id.clone(),
+        run_id: None,
+        tool_call_id: None,
+        trace_id: trace.id,
+        model_name: state.runtime.model_name(None),
+        submission_key,
+    };
+    let submitted = subflow_runtime::batch::submit_batch(&state.runtime, &args, by)
+        .await
+        .map_err(|error| match error {
+            subflow_runtime::batch::SubmitError::Invalid(text) => ApiError::Unprocessable(text),
+            subflow_runtime::batch::SubmitError::Store(text) => ApiError::Unavailable(text),
+        })?;
+    let status = if submitted.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let scope = BatchScope::thread(&caller.user_id, &thread_id);
+    let Json(batch) = present_one(&state, &scope, submitted.batch).await?;
+    Ok((status, Json(batch)))
 }
 
 /// `GET /{batch_id}`: a batch with its counts by item status.

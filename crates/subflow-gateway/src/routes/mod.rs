@@ -33,6 +33,9 @@ use crate::{ApiError, AppState};
 /// Largest accepted request body.
 pub const MAX_BODY_BYTES: usize = 1024 * 1024;
 
+/// Largest accepted batch submission (`POST …/subagent-batches`): a whole file of items.
+pub const MAX_BATCH_BODY_BYTES: usize = 64 * 1024 * 1024;
+
 /// `{thread_id}`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Path)]
@@ -139,11 +142,19 @@ pub async fn not_found() -> ApiError {
 pub fn parse_body<T: DeserializeOwned>(
     body: &Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
+    parse_body_within(body, MAX_BODY_BYTES)
+}
+
+/// [`parse_body`] of a route whose body limit is `limit` bytes.
+pub fn parse_body_within<T: DeserializeOwned>(
+    body: &Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<T, ApiError> {
     let body = match body {
         Ok(body) => body,
         Err(rejection) if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             return Err(ApiError::TooLarge(format!(
-                "Request body too large: the limit is {MAX_BODY_BYTES} bytes"
+                "Request body too large: the limit is {limit} bytes"
             )));
         }
         Err(rejection) => {

@@ -16,11 +16,11 @@ use subflow_contracts::messages::Message;
 use subflow_contracts::{Permission, RunStatus};
 use subflow_runtime::run::RunResult;
 use subflow_runtime::spans::TraceOverrides;
-use subflow_store::{NewRun, NewThread, RunRecord};
+use subflow_store::{NewRun, RunRecord};
 use tokio_util::sync::CancellationToken;
 use utoipa::IntoParams;
 
-use super::threads::not_found;
+use super::threads::owned_or_created;
 use super::{RunPath, ThreadPath, paging, parse_body};
 use crate::auth::{Caller, authorize_run, authorize_thread};
 use crate::extract::{Path, Query};
@@ -263,21 +263,7 @@ async fn start(
         )));
     }
     if owned.is_none() {
-        let new = NewThread {
-            thread_id: thread_id.to_owned(),
-            owner: caller.user_id.clone(),
-            metadata: Map::new(),
-        };
-        match state.store.create_thread(new).await {
-            Ok(_) => {}
-            // A concurrent request created it first: go on only if it is the caller's.
-            Err(subflow_store::Error::ThreadExists(_)) => {
-                authorize_thread(state, caller, Permission::RunsWrite, thread_id)
-                    .await?
-                    .ok_or_else(|| not_found(thread_id))?;
-            }
-            Err(error) => return Err(error.into()),
-        }
+        owned_or_created(state, caller, Permission::RunsWrite, thread_id).await?;
     }
     let mut active = state
         .store

@@ -114,6 +114,38 @@ pub async fn create(
     Ok(Json(thread_body(&state, &thread).await?))
 }
 
+/// Makes sure the caller has the thread: an existing one must be theirs (else 404), an
+/// absent one is created for them (a concurrent request may create it first: then it
+/// must be theirs).
+pub(crate) async fn owned_or_created(
+    state: &AppState,
+    caller: &Caller,
+    needed: Permission,
+    thread_id: &str,
+) -> Result<(), ApiError> {
+    if authorize_thread(state, caller, needed, thread_id)
+        .await?
+        .is_some()
+    {
+        return Ok(());
+    }
+    let new = NewThread {
+        thread_id: thread_id.to_owned(),
+        owner: caller.user_id.clone(),
+        metadata: Map::new(),
+    };
+    match state.store.create_thread(new).await {
+        Ok(_) => Ok(()),
+        Err(subflow_store::Error::ThreadExists(_)) => {
+            authorize_thread(state, caller, needed, thread_id)
+                .await?
+                .ok_or_else(|| not_found(thread_id))?;
+            Ok(())
+        }
+        Err(error) => Err(error.into()),
+    }
+}
+
 /// `GET /api/threads/{thread_id}`: a thread of the caller's.
 #[utoipa::path(get, path = "/api/threads/{thread_id}", tag = "threads", params(ThreadPath),
     responses(

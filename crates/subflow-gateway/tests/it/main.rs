@@ -13,6 +13,7 @@ use subflow_store::batches::{BatchScope, ClaimRequest, ItemFailure, ItemQuery, N
 
 mod api;
 mod auth;
+mod batch_submit;
 mod batch_worker;
 mod batches;
 mod errors;
