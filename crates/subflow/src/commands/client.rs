@@ -173,6 +173,37 @@ impl Client {
         serde_json::from_str(&text).with_context(|| format!("POST {path} did not answer JSON"))
     }
 
+    /// POSTs `body` (JSON bytes) in pieces, calling `sent(bytes so far)` as each piece
+    /// goes out, and returns the status and the JSON answer.
+    pub async fn post_json_bytes(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        sent: impl Fn(usize) + Send + Sync + 'static,
+    ) -> anyhow::Result<(u16, Value)> {
+        const PIECE: usize = 64 * 1024;
+        let total = body.len();
+        let pieces = (0..total.div_ceil(PIECE)).map(move |n| {
+            let end = ((n + 1) * PIECE).min(total);
+            sent(end);
+            Ok::<_, std::io::Error>(body[n * PIECE..end].to_vec())
+        });
+        let request = self
+            .request(reqwest::Method::POST, path)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::CONTENT_LENGTH, total)
+            .body(reqwest::Body::wrap_stream(futures::stream::iter(pieces)));
+        let response = self.send("POST", path, request).await?;
+        let status = response.status().as_u16();
+        let text = response
+            .text()
+            .await
+            .with_context(|| format!("reading POST {path}"))?;
+        let answer = serde_json::from_str(&text)
+            .with_context(|| format!("POST {path} did not answer JSON"))?;
+        Ok((status, answer))
+    }
+
     /// Opens an SSE stream, resuming after `last_event_id` when given.
     pub async fn stream(
         &self,

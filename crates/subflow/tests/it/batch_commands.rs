@@ -279,3 +279,122 @@ async fn watch_exits_130_when_the_batch_is_cancelled_and_the_controls_change_its
     assert_eq!(output.status.code(), Some(130), "{output:?}");
     assert!(String::from_utf8_lossy(&output.stderr).contains("was cancelled"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_makes_one_batch_of_a_5000_line_file_and_names_a_bad_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = write_config(dir.path());
+    // No worker: the items stay queued, as the file gave them.
+    let (serve, address) = serve(dir.path(), &config, &["--no-worker"]);
+    let file = dir.path().join("items.jsonl");
+    let lines: Vec<String> = (1..=5000)
+        .map(|n| {
+            json!({"key": format!("row-{n:04}"), "prompt": format!("Summarise row {n}: {}", "lorem ipsum ".repeat(20))})
+                .to_string()
+        })
+        .collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let file_arg = file.display().to_string();
+    let args = [
+        "submit",
+        "imports",
+        "--type",
+        "general-purpose",
+        "--file",
+        &file_arg,
+        "--max-running",
+        "2",
+        "--title",
+        "Import of 5,000 rows",
+    ];
+    let first = batches(&address, &args);
+    assert_eq!(
+        first.status.code(),
+        Some(0),
+        "{first:?}\n{}",
+        serve.output()
+    );
+    let id = stdout(&first).trim().to_owned();
+    assert!(id.starts_with("subagent-batch-"), "{id}");
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    // Not a terminal, and over a mebibyte: a progress line at each quarter.
+    assert!(
+        stderr.contains("uploading ") && stderr.contains("(100%)"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("batch {id} submitted with 5000 items")),
+        "{stderr}"
+    );
+
+    // The same command again returns the same batch.
+    let again = batches(&address, &args);
+    assert_eq!(again.status.code(), Some(0), "{again:?}");
+    assert_eq!(stdout(&again).trim(), id);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already submitted"));
+
+    // The items are the file's, in order.
+    let shown = json_of(&batches(&address, &["show", &id, "--json"]));
+    let batch = &shown["batch"];
+    assert_eq!(batch["total_items"], 5000, "{batch}");
+    assert_eq!(batch["title"], "Import of 5,000 rows");
+    assert_eq!(batch["max_running_items"], 2);
+    let client = reqwest::Client::new();
+    let mut keys = Vec::new();
+    for offset in (0..5000).step_by(500) {
+        let page: Value = client
+            .get(format!(
+                "http://{address}/api/threads/imports/subagent-batches/{id}/items?offset={offset}&limit=500"
+            ))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        keys.extend(
+            page.as_array()
+                .unwrap()
+                .iter()
+                .map(|item| item["item_key"].as_str().unwrap().to_owned()),
+        );
+    }
+    let expected: Vec<String> = (1..=5000).map(|n| format!("row-{n:04}")).collect();
+    assert_eq!(keys, expected);
+
+    // A bad line is named, and nothing is submitted.
+    std::fs::write(
+        &file,
+        "{\"key\": \"a\", \"prompt\": \"p\"}\n\n{\"key\": \"b\"}\n",
+    )
+    .unwrap();
+    let bad = batches(
+        &address,
+        &[
+            "submit",
+            "imports",
+            "--type",
+            "general-purpose",
+            "--file",
+            &file_arg,
+        ],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    let error = String::from_utf8_lossy(&bad.stderr);
+    assert!(error.contains("items.jsonl line 3: not an item"), "{error}");
+    assert!(error.contains("missing field `prompt`"), "{error}");
+    // The gateway's refusals come through as they are.
+    std::fs::write(&file, "{\"key\": \"a\", \"prompt\": \"p\"}\n").unwrap();
+    let refused = batches(
+        &address,
+        &["submit", "imports", "--type", "nope", "--file", &file_arg],
+    );
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&refused.stderr)
+            .contains("Unknown or disallowed subagent type 'nope'"),
+        "{refused:?}"
+    );
+    let listed = json_of(&batches(&address, &["list", "imports", "--json"]));
+    assert_eq!(listed.as_array().unwrap().len(), 1, "{listed}");
+}

@@ -1,13 +1,15 @@
 //! `subflow batches`: durable batches from the terminal, through the gateway's routes
 //! (SPEC §12.2) at `SUBFLOW_URL` with `SUBFLOW_TOKEN` (SPEC §1.1).
 //!
-//! `list THREAD`, `show BATCH` (the items table: key, status, attempt, preview), `watch
+//! `submit THREAD --type T --file items.jsonl` (a batch without a lead), `list THREAD`,
+//! `show BATCH` (the items table: key, status, attempt, preview), `watch
 //! BATCH` (a live progress bar until the batch ends: exit 0 completed, 1 failed, 130
 //! cancelled or interrupted), `export BATCH` (the JSONL on stdout, unchanged), `pause`,
 //! `resume`, `cancel` and `retry BATCH ITEM`. A batch is named by its id alone: its
 //! thread comes from `GET /api/subagent-batches/{id}`. `--json` prints the gateway's
 //! JSON; data goes to stdout, diagnostics to stderr.
 
+mod submit;
 mod summary;
 mod watch;
 
@@ -34,6 +36,8 @@ pub struct Common {
 /// `subflow batches …`.
 #[derive(Debug, clap::Subcommand)]
 pub enum BatchesCommand {
+    /// Submit a batch from a JSONL file of `{"key", "prompt"}` lines; prints its id.
+    Submit(submit::SubmitArgs),
     /// A thread's batches, newest first, with their progress and spend.
     List {
         /// The thread.
@@ -147,6 +151,7 @@ async fn locate(common: &Common, batch: &str) -> anyhow::Result<Located> {
 /// Runs `subflow batches …`.
 pub async fn run(command: BatchesCommand) -> anyhow::Result<()> {
     match command {
+        BatchesCommand::Submit(args) => submit::submit(args).await,
         BatchesCommand::List {
             thread,
             limit,
