@@ -10,7 +10,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 use subflow_contracts::api::CancelAction;
-use subflow_contracts::{BatchItemStatus, RunStatus};
+use subflow_contracts::{BatchItemStatus, BatchStatus, RunStatus};
 
 use crate::ApiError;
 
@@ -104,7 +104,7 @@ macro_rules! enum_value {
     )+};
 }
 
-enum_value!(RunStatus, CancelAction);
+enum_value!(RunStatus, CancelAction, BatchStatus);
 
 /// The batch item filter keeps its fixed text (`Unknown batch item status`).
 impl QueryValue for BatchItemStatus {

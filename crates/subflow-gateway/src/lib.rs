@@ -148,6 +148,8 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(routes::models))
         .routes(routes!(batches::features))
         .routes(routes!(batches::find))
+        .routes(routes!(batches::list_all))
+        .routes(routes!(runs::list_all))
         .routes(routes!(openapi::get))
         .routes(routes!(routes::info))
         .routes(routes!(account::me))

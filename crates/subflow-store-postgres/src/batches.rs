@@ -559,12 +559,14 @@ impl BatchStore for PostgresStore {
             "SELECT ",
             batch_columns!(),
             " FROM subagent_batches WHERE user_id = $1 AND ($2::text IS NULL OR thread_id = $2) \
-             AND ($3::text IS NULL OR status = $3) ORDER BY created_at DESC, id DESC LIMIT $4"
+             AND ($3::text IS NULL OR status = $3) ORDER BY created_at DESC, id DESC \
+             LIMIT $4 OFFSET $5"
         ))
         .bind(&scope.user_id)
         .bind(&scope.thread_id)
         .bind(query.status.map(BatchStatus::as_str))
         .bind(i64::from(query.limit))
+        .bind(i64::from(query.offset))
         .fetch_all(self.pool())
         .await
         .map_err(db)?;

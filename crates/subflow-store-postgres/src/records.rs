@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use sqlx::postgres::PgRow;
 use subflow_contracts::{RunStatus, ThreadId, ThreadStatus};
 use subflow_store::{
-    Error, NewRun, NewThread, RecordStore, Result, RunRecord, RunStatusUpdate, RunUsage,
+    Error, NewRun, NewThread, RecordStore, Result, RunRecord, RunScope, RunStatusUpdate, RunUsage,
     ThreadRecord, ThreadSearch, codec, now_rfc3339,
 };
 
@@ -200,23 +200,34 @@ impl RecordStore for PostgresStore {
 
     async fn list_runs(
         &self,
-        thread_id: &str,
+        scope: RunScope<'_>,
         status: Option<RunStatus>,
         limit: u32,
         offset: u32,
     ) -> Result<Vec<RunRecord>> {
-        let rows = sqlx::query(concat!(
-            select_runs!(),
-            " WHERE thread_id = $1 AND ($2::text IS NULL OR status = $2)",
-            " ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4"
-        ))
-        .bind(thread_id)
-        .bind(status.map(RunStatus::as_str))
-        .bind(i64::from(limit))
-        .bind(i64::from(offset))
-        .fetch_all(self.pool())
-        .await
-        .map_err(Error::backend)?;
+        macro_rules! runs_of {
+            ($column:literal) => {
+                concat!(
+                    select_runs!(),
+                    " WHERE ",
+                    $column,
+                    " = $1 AND ($2::text IS NULL OR status = $2)",
+                    " ORDER BY created_at DESC, id DESC LIMIT $3 OFFSET $4"
+                )
+            };
+        }
+        let (sql, value) = match scope {
+            RunScope::Thread(thread_id) => (runs_of!("thread_id"), thread_id),
+            RunScope::Owner(owner) => (runs_of!("owner"), owner),
+        };
+        let rows = sqlx::query(sql)
+            .bind(value)
+            .bind(status.map(RunStatus::as_str))
+            .bind(i64::from(limit))
+            .bind(i64::from(offset))
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::backend)?;
         rows.iter().map(run_from_row).collect()
     }
 

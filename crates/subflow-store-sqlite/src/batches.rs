@@ -500,17 +500,17 @@ impl BatchStore for SqliteStore {
         query.validate()?;
         let scope = scope.clone();
         let status = query.status.map(BatchStatus::as_str);
-        let limit = i64::from(query.limit);
+        let (limit, offset) = (i64::from(query.limit), i64::from(query.offset));
         self.read(move |conn| {
             let sql = format!(
                 "SELECT {BATCH_COLUMNS} FROM subagent_batches WHERE user_id = ?1 \
                  AND (?2 IS NULL OR thread_id = ?2) AND (?3 IS NULL OR status = ?3) \
-                 ORDER BY created_at DESC, id DESC LIMIT ?4"
+                 ORDER BY created_at DESC, id DESC LIMIT ?4 OFFSET ?5"
             );
             query_all(
                 conn,
                 &sql,
-                params![scope.user_id, scope.thread_id, status, limit],
+                params![scope.user_id, scope.thread_id, status, limit, offset],
                 decode_batch,
             )
         })

@@ -5,7 +5,7 @@ use rusqlite::types::Value as SqlValue;
 use rusqlite::{Row, params, params_from_iter};
 use subflow_contracts::{RunStatus, ThreadId, ThreadStatus};
 use subflow_store::{
-    Error, NewRun, NewThread, RecordStore, Result, RunRecord, RunStatusUpdate, RunUsage,
+    Error, NewRun, NewThread, RecordStore, Result, RunRecord, RunScope, RunStatusUpdate, RunUsage,
     ThreadRecord, ThreadSearch, codec, now_rfc3339,
 };
 
@@ -275,13 +275,14 @@ impl RecordStore for SqliteStore {
 
     async fn list_runs(
         &self,
-        thread_id: &str,
+        scope: RunScope<'_>,
         status: Option<RunStatus>,
         limit: u32,
         offset: u32,
     ) -> Result<Vec<RunRecord>> {
-        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE thread_id = ?");
-        let mut params = vec![SqlValue::Text(thread_id.to_owned())];
+        let (column, value) = scope.column();
+        let mut sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE {column} = ?");
+        let mut params = vec![SqlValue::Text(value.to_owned())];
         if let Some(status) = status {
             sql.push_str(" AND status = ?");
             params.push(SqlValue::Text(status.as_str().to_owned()));

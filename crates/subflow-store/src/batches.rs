@@ -462,6 +462,8 @@ pub struct BatchQuery {
     pub status: Option<BatchStatus>,
     /// 1–100.
     pub limit: u32,
+    /// Batches to skip.
+    pub offset: u32,
 }
 
 impl BatchQuery {

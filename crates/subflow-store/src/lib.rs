@@ -36,8 +36,8 @@ pub use error::{Error, Result};
 pub use events::{AppendOutcome, EventQuery, EventStore, MAX_PAGE_LIMIT};
 pub use memory::MemoryStore;
 pub use records::{
-    ModelUsage, NewRun, NewThread, RecordStore, RunRecord, RunStatusUpdate, RunUsage, ThreadRecord,
-    ThreadSearch,
+    ModelUsage, NewRun, NewThread, RecordStore, RunRecord, RunScope, RunStatusUpdate, RunUsage,
+    ThreadRecord, ThreadSearch,
 };
 pub use streams::{
     FrameBatch, NewFrame, OrphanScope, OrphanedRun, RecoveredRun, StreamFrame, StreamLog,

@@ -125,6 +125,33 @@ fn sort_key(by: ThreadSortBy, thread: &ThreadRecord) -> &str {
     }
 }
 
+/// Whose runs a listing holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RunScope<'a> {
+    /// The runs of one thread.
+    Thread(&'a str),
+    /// One owner's runs, in every thread of theirs.
+    Owner(&'a str),
+}
+
+impl RunScope<'_> {
+    /// Whether `run` is in the scope.
+    pub fn holds(&self, run: &RunRecord) -> bool {
+        match self {
+            RunScope::Thread(thread_id) => run.thread_id == *thread_id,
+            RunScope::Owner(owner) => run.owner == *owner,
+        }
+    }
+
+    /// The column the scope filters on, and its value.
+    pub fn column(&self) -> (&'static str, &str) {
+        match self {
+            RunScope::Thread(thread_id) => ("thread_id", thread_id),
+            RunScope::Owner(owner) => ("owner", owner),
+        }
+    }
+}
+
 /// A run to create, in status `pending`.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewRun {
@@ -249,10 +276,11 @@ pub trait RecordStore: Send + Sync + std::fmt::Debug {
     /// A run of a thread.
     async fn get_run(&self, thread_id: &str, run_id: &str) -> Result<Option<RunRecord>>;
 
-    /// A thread's runs, newest first, optionally of one status.
+    /// The runs of a thread, or of an owner across threads, newest first, optionally of
+    /// one status.
     async fn list_runs(
         &self,
-        thread_id: &str,
+        scope: RunScope<'_>,
         status: Option<RunStatus>,
         limit: u32,
         offset: u32,

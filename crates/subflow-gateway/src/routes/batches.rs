@@ -19,7 +19,7 @@ use serde::Deserialize;
 use subflow_contracts::api::{
     Batch, BatchExportLine, BatchItem as PublicItem, BatchSubmission, ErrorBody, Features,
 };
-use subflow_contracts::{BatchItemStatus, Permission};
+use subflow_contracts::{BatchItemStatus, BatchStatus, Permission};
 use subflow_store::batches::{
     ActivityQuery, BatchActivity, BatchItem, BatchQuery, BatchRecord, BatchScope, EXPORT_PAGE,
     ITEMS_MAX_LIMIT, ItemQuery, LIST_MAX_LIMIT, RetryOutcome,
@@ -310,6 +310,54 @@ pub async fn list(
     let query = BatchQuery {
         status: None,
         limit: paging::limit(params.limit, 20, LIST_MAX_LIMIT)?,
+        offset: 0,
+    };
+    let batches = state
+        .store
+        .list_batches(&scope, &query)
+        .await
+        .map_err(store_error)?;
+    Ok(Json(present(&state, &scope, &batches).await?))
+}
+
+/// The query of `GET /api/subagent-batches`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct AllParams {
+    /// Page size, default 20, 1-100.
+    #[param(minimum = 1, maximum = 100)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    limit: Option<u32>,
+    /// Batches to skip.
+    #[param(minimum = 0, maximum = 4294967295_i64)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    offset: Option<u32>,
+    /// Only batches with this status; absent means all.
+    #[param(value_type = Option<BatchStatus>)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    status: Option<BatchStatus>,
+}
+
+/// `GET /api/subagent-batches` (additive): the caller's batches in every thread of
+/// theirs, newest first, each with its thread id.
+#[utoipa::path(get, path = "/api/subagent-batches", tag = "batches", params(AllParams),
+    responses(
+        (status = 200, description = "The caller's batches across their threads, newest first (created_at, id descending)", body = Vec<Batch>),
+        (status = 422, description = "Invalid query", body = ErrorBody),
+        (status = 503, description = "The batch store is not available", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("threads:read"))))]
+pub async fn list_all(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(params): Query<AllParams>,
+) -> Result<Json<Vec<Batch>>, ApiError> {
+    caller.require(Permission::ThreadsRead)?;
+    let scope = BatchScope::user(&caller.user_id);
+    let query = BatchQuery {
+        status: params.status,
+        limit: paging::limit(params.limit, 20, LIST_MAX_LIMIT)?,
+        offset: params.offset.unwrap_or(0),
     };
     let batches = state
         .store
@@ -340,13 +388,17 @@ pub async fn submit(
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<(StatusCode, Json<Batch>), ApiError> {
+    // Another user's thread is 404 before the body is read, as on every thread route.
+    let owned = authorize_thread(&state, &caller, Permission::RunsWrite, &thread_id).await?;
     let mut submission: BatchSubmission = parse_body_within(&body, MAX_BATCH_BODY_BYTES)?;
     if !state.batches.enabled {
         return Err(ApiError::Unavailable(
             subflow_runtime::batch::UNAVAILABLE.to_owned(),
         ));
     }
-    owned_or_created(&state, &caller, Permission::RunsWrite, &thread_id).await?;
+    if owned.is_none() {
+        owned_or_created(&state, &caller, Permission::RunsWrite, &thread_id).await?;
+    }
     let submission_key = std::mem::take(&mut submission.submission_key);
     let args = serde_json::to_value(&submission).expect("a submission always serialises");
     let by = subflow_runtime::batch::Submitter {

@@ -16,7 +16,7 @@ use subflow_contracts::messages::Message;
 use subflow_contracts::{Permission, RunStatus};
 use subflow_runtime::run::RunResult;
 use subflow_runtime::spans::TraceOverrides;
-use subflow_store::{NewRun, RunRecord};
+use subflow_store::{NewRun, RunRecord, RunScope};
 use tokio_util::sync::CancellationToken;
 use utoipa::IntoParams;
 
@@ -267,12 +267,22 @@ async fn start(
     }
     let mut active = state
         .store
-        .list_runs(thread_id, Some(RunStatus::Running), 100, 0)
+        .list_runs(
+            RunScope::Thread(thread_id),
+            Some(RunStatus::Running),
+            100,
+            0,
+        )
         .await?;
     active.extend(
         state
             .store
-            .list_runs(thread_id, Some(RunStatus::Pending), 100, 0)
+            .list_runs(
+                RunScope::Thread(thread_id),
+                Some(RunStatus::Pending),
+                100,
+                0,
+            )
             .await?,
     );
     if !active.is_empty() {
@@ -465,6 +475,37 @@ pub struct ListParams {
     status: Option<RunStatus>,
 }
 
+/// `GET /api/runs?limit=10&offset=0&status=` (additive): the caller's runs in every
+/// thread of theirs, newest first, each with its thread id.
+#[utoipa::path(get, path = "/api/runs", tag = "runs", params(ListParams),
+    responses(
+        (status = 200, description = "The caller's runs across their threads, newest first", body = Vec<Run>),
+        (status = 422, description = "Invalid query", body = ErrorBody),
+    ),
+    extensions(("x-subflow-permission" = json!("runs:read"))))]
+pub async fn list_all(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Vec<Run>>, ApiError> {
+    caller.require(Permission::RunsRead)?;
+    let limit = paging::limit(params.limit, 10, paging::RUNS_MAX_LIMIT)?;
+    let runs = state
+        .store
+        .list_runs(
+            RunScope::Owner(&caller.user_id),
+            params.status,
+            limit,
+            params.offset.unwrap_or(0),
+        )
+        .await?;
+    Ok(Json(
+        runs.iter()
+            .map(|run| run_body(run, &state.model_facts))
+            .collect(),
+    ))
+}
+
 /// `GET …/runs?limit=10&offset=0&status=`: newest first, at most
 /// [`paging::RUNS_MAX_LIMIT`] per page.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/runs", tag = "runs", params(ThreadPath, ListParams),
@@ -489,7 +530,7 @@ pub async fn list(
     }
     let runs = state
         .store
-        .list_runs(&thread_id, status, limit, offset)
+        .list_runs(RunScope::Thread(&thread_id), status, limit, offset)
         .await?;
     Ok(Json(
         runs.iter()

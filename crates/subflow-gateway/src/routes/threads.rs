@@ -388,7 +388,12 @@ pub async fn delete(
     for status in [RunStatus::Running, RunStatus::Pending] {
         for run in state
             .store
-            .list_runs(&thread_id, Some(status), 100, 0)
+            .list_runs(
+                subflow_store::RunScope::Thread(&thread_id),
+                Some(status),
+                100,
+                0,
+            )
             .await?
         {
             crate::stream::cancel_and_wait(&state, &thread_id, &run.run_id).await;

@@ -50,7 +50,12 @@ pub async fn get(
     while owned.is_some() {
         let page = state
             .store
-            .list_runs(&thread_id, None, PAGE, runs.len() as u32)
+            .list_runs(
+                subflow_store::RunScope::Thread(&thread_id),
+                None,
+                PAGE,
+                runs.len() as u32,
+            )
             .await?;
         let short = page.len() < PAGE as usize;
         runs.extend(page);

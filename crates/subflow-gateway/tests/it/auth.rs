@@ -106,6 +106,23 @@ const SPEC_PERMISSIONS: &[(&str, &str, &str)] = &[
         "/api/threads/{thread_id}/subagent-batches/{batch_id}/items/{item_id}/retry",
         "threads:write",
     ),
+    // Additions: the web client's thread routes, per-task cancel, batches without a
+    // lead, and the cross-thread lists.
+    ("patch", "/api/threads/{thread_id}", "threads:write"),
+    ("post", "/api/threads/{thread_id}/state", "threads:write"),
+    ("get", "/api/threads/{thread_id}/messages/page", "runs:read"),
+    (
+        "post",
+        "/api/threads/{thread_id}/runs/{run_id}/tasks/{task_id}/cancel",
+        "runs:write",
+    ),
+    (
+        "post",
+        "/api/threads/{thread_id}/subagent-batches",
+        "runs:write",
+    ),
+    ("get", "/api/runs", "runs:read"),
+    ("get", "/api/subagent-batches", "threads:read"),
 ];
 
 /// A fresh well-formed token: `sf_` and 43 base64url characters.
@@ -247,6 +264,11 @@ impl Route {
         match self.body.as_deref() {
             None => None,
             Some("RunRequest") => Some(echo_run()),
+            Some("BatchSubmission") => Some(json!({
+                "submission_key": uuid::Uuid::new_v4().to_string(),
+                "subagent_type": "general-purpose",
+                "items": [{"key": "a", "prompt": "p"}],
+            })),
             Some(_) => Some(json!({})),
         }
     }
@@ -257,6 +279,7 @@ impl Route {
             .replace("{run_id}", &fixture.run)
             .replace("{batch_id}", &fixture.batch)
             .replace("{item_id}", &fixture.item)
+            .replace("{task_id}", "call_unknown")
     }
 }
 
@@ -572,8 +595,15 @@ async fn every_route_needs_its_permission_and_admin_holds_them_all() {
                 route.request_body(),
             )
             .await;
+            // A task cancel needs a running task, which no fixture has: the route's own
+            // 404 for an unknown task shows the request got past the permission check.
+            let reached = if route.path.ends_with("/tasks/{task_id}/cancel") {
+                answer.status == 404 && answer.text.contains("Task call_unknown not found")
+            } else {
+                (200..300).contains(&answer.status)
+            };
             assert!(
-                (200..300).contains(&answer.status),
+                reached,
                 "{} with {who}: {} {}",
                 route.name(),
                 answer.status,
@@ -655,7 +685,11 @@ async fn another_users_thread_is_404_on_every_route_and_nothing_of_it_leaks() {
         .unwrap();
     assert_eq!(batch.status, subflow_contracts::BatchStatus::Failed);
     // Nothing changed: alice still has her thread and exactly her one run.
-    let runs = app.store.list_runs("t-alice", None, 100, 0).await.unwrap();
+    let runs = app
+        .store
+        .list_runs(subflow_store::RunScope::Thread("t-alice"), None, 100, 0)
+        .await
+        .unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].run_id, alice_run);
     assert_eq!(runs[0].status, subflow_contracts::RunStatus::Success);
@@ -805,7 +839,11 @@ async fn an_unknown_thread_reads_empty_and_a_run_makes_it_the_callers() {
     assert!(streamed.text.contains("event: end"));
     let owner = app.store.get_thread("t-new").await.unwrap().unwrap().owner;
     assert_eq!(owner, bob.id);
-    let runs = app.store.list_runs("t-new", None, 10, 0).await.unwrap();
+    let runs = app
+        .store
+        .list_runs(subflow_store::RunScope::Thread("t-new"), None, 10, 0)
+        .await
+        .unwrap();
     assert_eq!(runs.len(), 1);
     assert_eq!(runs[0].owner, bob.id);
     let by_alice = call(
@@ -828,7 +866,7 @@ async fn an_unknown_thread_reads_empty_and_a_run_makes_it_the_callers() {
     assert_eq!(rerun.status, 404, "{}", rerun.text);
     assert_eq!(
         app.store
-            .list_runs("t-new", None, 10, 0)
+            .list_runs(subflow_store::RunScope::Thread("t-new"), None, 10, 0)
             .await
             .unwrap()
             .len(),
@@ -863,4 +901,88 @@ async fn token_mode_does_not_check_the_origin_of_writes() {
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cross_thread_lists_hold_only_the_callers_runs_and_batches() {
+    let app = spawn_token_app().await;
+    let alice = add_user(&app, "alice").await;
+    let bob = add_user(&app, "bob").await;
+    let alice_token = issue(&app, &alice, "runs:read,runs:write,threads:read").await;
+    let bob_token = issue(&app, &bob, "admin").await;
+    let mut alice_runs = Vec::new();
+    for thread in ["t-a1", "t-a2"] {
+        alice_runs.push((thread, echo_run_on(&app, &alice_token, thread).await));
+        app.failed_batch(thread, &alice.id).await;
+    }
+    let bob_run = echo_run_on(&app, &bob_token, "t-b1").await;
+    app.failed_batch("t-b1", &bob.id).await;
+
+    let runs = call(&app, "get", "/api/runs", Some(&alice_token), None).await;
+    assert_eq!(runs.status, 200, "{}", runs.text);
+    let listed: Vec<(String, String)> = runs
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["thread_id"].as_str().unwrap().to_owned(),
+                r["run_id"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = alice_runs
+        .iter()
+        .rev()
+        .map(|(thread, run)| ((*thread).to_owned(), run.clone()))
+        .collect();
+    assert_eq!(listed, expected, "hers, newest first");
+    assert!(!runs.text.contains(&bob_run));
+    let paged = call(
+        &app,
+        "get",
+        "/api/runs?limit=1&offset=1&status=success",
+        Some(&alice_token),
+        None,
+    )
+    .await;
+    assert_eq!(paged.body.as_array().unwrap().len(), 1);
+    assert_eq!(paged.body[0]["run_id"], alice_runs[0].1.as_str());
+
+    let batches = call(
+        &app,
+        "get",
+        "/api/subagent-batches",
+        Some(&alice_token),
+        None,
+    )
+    .await;
+    assert_eq!(batches.status, 200, "{}", batches.text);
+    let threads: Vec<&str> = batches
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["thread_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(threads, ["t-a2", "t-a1"]);
+    let bobs = call(
+        &app,
+        "get",
+        "/api/subagent-batches?status=failed",
+        Some(&bob_token),
+        None,
+    )
+    .await;
+    assert_eq!(bobs.body.as_array().unwrap().len(), 1);
+    assert_eq!(bobs.body[0]["thread_id"], "t-b1");
+    // Without a token, neither list answers.
+    for path in ["/api/runs", "/api/subagent-batches"] {
+        assert_eq!(
+            call(&app, "get", path, None, None).await.status,
+            401,
+            "{path}"
+        );
+    }
 }

@@ -66,6 +66,7 @@ async fn batches_of(store: &Arc<dyn Store>, user: &str) -> Vec<subflow_store::Ba
             &BatchQuery {
                 status: None,
                 limit: 100,
+                offset: 0,
             },
         )
         .await

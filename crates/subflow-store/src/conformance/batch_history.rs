@@ -559,6 +559,7 @@ pub async fn check_history(store: Arc<dyn Store>, clock: Option<Arc<ManualClock>
             &BatchQuery {
                 status: None,
                 limit: 100,
+                offset: 0,
             },
         )
         .await

@@ -281,7 +281,7 @@ pub async fn runs_keep_their_first_terminal_status_and_usage(store: Arc<dyn Stor
     );
 
     let listed: Vec<String> = store
-        .list_runs("t1", None, 10, 0)
+        .list_runs(crate::RunScope::Thread("t1"), None, 10, 0)
         .await
         .unwrap()
         .into_iter()
@@ -289,14 +289,62 @@ pub async fn runs_keep_their_first_terminal_status_and_usage(store: Arc<dyn Stor
         .collect();
     assert_eq!(listed, ["r2", "r1"]);
     let pending: Vec<String> = store
-        .list_runs("t1", Some(RunStatus::Pending), 10, 0)
+        .list_runs(
+            crate::RunScope::Thread("t1"),
+            Some(RunStatus::Pending),
+            10,
+            0,
+        )
         .await
         .unwrap()
         .into_iter()
         .map(|r| r.run_id)
         .collect();
     assert_eq!(pending, ["r2"]);
-    assert_eq!(store.list_runs("t1", None, 1, 1).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .list_runs(crate::RunScope::Thread("t1"), None, 1, 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+
+    // An owner's runs across threads, newest first; another owner's never.
+    store
+        .create_thread(new_thread("t2", "u1", json!({})))
+        .await
+        .unwrap();
+    store.create_run(new_run("r3", "t2")).await.unwrap();
+    store
+        .create_thread(new_thread("t3", "u2", json!({})))
+        .await
+        .unwrap();
+    let mut theirs = new_run("r4", "t3");
+    theirs.owner = "u2".into();
+    store.create_run(theirs).await.unwrap();
+    let owned = |status, limit, offset| {
+        let store = store.clone();
+        async move {
+            store
+                .list_runs(crate::RunScope::Owner("u1"), status, limit, offset)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|r| (r.thread_id, r.run_id))
+                .collect::<Vec<_>>()
+        }
+    };
+    let pair = |thread: &str, run: &str| (thread.to_owned(), run.to_owned());
+    assert_eq!(
+        owned(None, 10, 0).await,
+        [pair("t2", "r3"), pair("t1", "r2"), pair("t1", "r1")]
+    );
+    assert_eq!(owned(None, 1, 1).await, [pair("t1", "r2")]);
+    assert_eq!(
+        owned(Some(RunStatus::Pending), 10, 0).await,
+        [pair("t2", "r3"), pair("t1", "r2")]
+    );
 
     store
         .append(&[trace("t1", "r2", 1), trace("t1", "r1", 2)])

@@ -150,6 +150,7 @@ impl BatchStore for MemoryStore {
         found.sort_by(|a, b| (&b.created_at, &b.id).cmp(&(&a.created_at, &a.id)));
         Ok(found
             .into_iter()
+            .skip(query.offset as usize)
             .take(query.limit as usize)
             .cloned()
             .collect())

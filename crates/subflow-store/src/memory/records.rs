@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use subflow_contracts::{RunStatus, ThreadId, ThreadStatus};
 
 use crate::records::{
-    NewRun, NewThread, RecordStore, RunRecord, RunStatusUpdate, RunUsage, ThreadRecord,
+    NewRun, NewThread, RecordStore, RunRecord, RunScope, RunStatusUpdate, RunUsage, ThreadRecord,
     ThreadSearch,
 };
 use crate::{Error, MemoryStore, Result, codec, now_rfc3339};
@@ -126,7 +126,7 @@ impl RecordStore for MemoryStore {
 
     async fn list_runs(
         &self,
-        thread_id: &str,
+        scope: RunScope<'_>,
         status: Option<RunStatus>,
         limit: u32,
         offset: u32,
@@ -136,7 +136,7 @@ impl RecordStore for MemoryStore {
             .runs
             .iter()
             .rev()
-            .filter(|r| r.thread_id == thread_id && status.is_none_or(|s| r.status == s))
+            .filter(|r| scope.holds(r) && status.is_none_or(|s| r.status == s))
             .skip(offset as usize)
             .take(limit as usize)
             .cloned()

@@ -284,6 +284,7 @@ pub async fn batches_a_duplicate_submission_key_inserts_nothing(store: Arc<dyn S
             &BatchQuery {
                 status: None,
                 limit: 100,
+                offset: 0,
             },
         )
         .await
@@ -365,6 +366,7 @@ pub async fn batches_invalid_submissions_name_the_problem_and_write_nothing(stor
     let query = BatchQuery {
         status: None,
         limit: 100,
+        offset: 0,
     };
     assert!(
         store
@@ -438,6 +440,7 @@ pub async fn batches_reads_are_scoped_to_the_owner_and_thread(store: Arc<dyn Sto
     let all = BatchQuery {
         status: None,
         limit: 100,
+        offset: 0,
     };
     let ids = |batches: Vec<BatchRecord>| batches.into_iter().map(|b| b.id).collect::<Vec<_>>();
     let newest_first = |mut batches: Vec<&BatchRecord>| {
@@ -458,15 +461,26 @@ pub async fn batches_reads_are_scoped_to_the_owner_and_thread(store: Arc<dyn Sto
     let one = BatchQuery {
         status: None,
         limit: 1,
+        offset: 0,
     };
     assert_eq!(
         ids(store.list_batches(&any_thread, &one).await.unwrap()),
         newest_first(vec![&a, &b, &c])[..1]
     );
+    let second = BatchQuery {
+        status: None,
+        limit: 2,
+        offset: 1,
+    };
+    assert_eq!(
+        ids(store.list_batches(&any_thread, &second).await.unwrap()),
+        newest_first(vec![&a, &b, &c])[1..]
+    );
     store.pause_batch(&owner(), &b.id).await.unwrap();
     let paused = BatchQuery {
         status: Some(BatchStatus::Paused),
         limit: 100,
+        offset: 0,
     };
     assert_eq!(
         ids(store.list_batches(&any_thread, &paused).await.unwrap()),
@@ -486,6 +500,7 @@ pub async fn batches_reads_are_scoped_to_the_owner_and_thread(store: Arc<dyn Sto
                 &BatchQuery {
                     status: None,
                     limit,
+                    offset: 0,
                 },
             )
             .await

@@ -6,3 +6,6 @@ CREATE TABLE task_cancel_requests (
     requested_at TEXT NOT NULL,
     PRIMARY KEY (run_id, task_id)
 );
+
+-- A user's runs across threads, newest first.
+CREATE INDEX runs_by_owner ON runs (owner, created_at);
