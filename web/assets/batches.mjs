@@ -136,6 +136,8 @@ export function summary(batch) {
   if (running > 0) parts.push(`${grouped(running)} running`);
   const failed = count(batch, "failed");
   if (failed > 0) parts.push(`${grouped(failed)} failed`);
+  const cancelled = count(batch, "cancelled");
+  if (cancelled > 0) parts.push(`${grouped(cancelled)} cancelled`);
   const perMinute = typeof batch?.items_per_minute === "number" ? batch.items_per_minute : 0;
   if (perMinute > 0) parts.push(`${rateText(perMinute)}/min`);
   const eta = batch?.eta_seconds;

@@ -555,16 +555,25 @@ async fn control(
     }
     .map_err(store_error)?
     .ok_or_else(not_found)?;
+    // Pausing or resuming a batch that has ended would change nothing it could show.
+    if !matches!(control, Control::Cancel) && !changed.status.is_active() {
+        return Err(ApiError::Conflict(format!(
+            "Batch {batch_id} has already ended ({}): only a queued, running or paused batch can be paused or resumed",
+            changed.status
+        )));
+    }
     tracing::info!(batch_id, ?control, status = %changed.status, user_id = %caller.user_id, "batch control");
     present_one(state, &scope, changed).await
 }
 
-/// `POST /{batch_id}/pause`: queued or running → paused, else a 200 no-op.
+/// `POST /{batch_id}/pause`: queued or running → paused; a paused batch is a 200 no-op
+/// and an ended one a 409.
 #[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/pause", tag = "batches", params(BatchPath),
-    description = "Pauses a queued or running batch; a 200 no-op otherwise.",
+    description = "Pauses a queued or running batch; a 200 no-op for a paused one; 409 for a batch that has ended.",
     responses(
         (status = 200, description = "The batch after the control", body = Batch),
         (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 409, description = "The batch has ended (completed, failed or cancelled)", body = ErrorBody),
         (status = 422, description = "Invalid thread id", body = ErrorBody),
         (status = 503, description = "The batch store is not available", body = ErrorBody),
     ),
@@ -580,12 +589,14 @@ pub async fn pause(
     control(&state, &caller, &thread_id, &batch_id, Control::Pause).await
 }
 
-/// `POST /{batch_id}/resume`: paused → queued, else a 200 no-op.
+/// `POST /{batch_id}/resume`: paused → queued; a queued or running batch is a 200
+/// no-op and an ended one a 409.
 #[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches/{batch_id}/resume", tag = "batches", params(BatchPath),
-    description = "Resumes a paused batch to queued; a 200 no-op otherwise.",
+    description = "Resumes a paused batch to queued; a 200 no-op for a queued or running one; 409 for a batch that has ended.",
     responses(
         (status = 200, description = "The batch after the control", body = Batch),
         (status = 404, description = "No such batch of the caller's in the thread", body = ErrorBody),
+        (status = 409, description = "The batch has ended (completed, failed or cancelled)", body = ErrorBody),
         (status = 422, description = "Invalid thread id", body = ErrorBody),
         (status = 503, description = "The batch store is not available", body = ErrorBody),
     ),

@@ -404,6 +404,22 @@ async fn pause_stops_claims_until_resume_and_both_are_no_ops_where_they_do_not_a
     let (_, running) = send(&app, "GET", &batch_path("t1", &batch, "")).await;
     assert_eq!(running["status"], "running");
     assert_eq!(running["counts"]["leased"], 3);
+
+    // Once the batch has ended, pause and resume are refused, not silently ignored.
+    let (status, _) = send(&app, "POST", &batch_path("t1", &batch, "/cancel")).await;
+    assert_eq!(status, 200);
+    for control in ["/pause", "/resume"] {
+        let (status, refused) = send(&app, "POST", &batch_path("t1", &batch, control)).await;
+        assert_eq!(status, 409, "{control}");
+        assert_eq!(
+            refused["detail"],
+            format!(
+                "Batch {batch} has already ended (cancelled): only a queued, running or paused batch can be paused or resumed"
+            )
+        );
+    }
+    let (_, still) = send(&app, "GET", &batch_path("t1", &batch, "")).await;
+    assert_eq!(still["status"], "cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -106,9 +106,11 @@ pub fn summary(batch: &Value) -> String {
     if running > 0 {
         parts.push(format!("{} running", grouped(running)));
     }
-    let failed = number(batch, "/counts/failed");
-    if failed > 0 {
-        parts.push(format!("{} failed", grouped(failed)));
+    for status in ["failed", "cancelled"] {
+        let count = number(batch, &format!("/counts/{status}"));
+        if count > 0 {
+            parts.push(format!("{} {status}", grouped(count)));
+        }
     }
     let per_minute = batch["items_per_minute"].as_f64().unwrap_or(0.0);
     if per_minute > 0.0 {
@@ -136,6 +138,52 @@ pub fn summary(batch: &Value) -> String {
     parts.join(" · ")
 }
 
+/// The summary in at most `width` characters, for a terminal line: words go before
+/// numbers ("1,204/5,000 · 3 run · 4 fail · 38/min · ~1 h 40 min · $3.12/$12.90"), then
+/// whole parts from the end, so the counts stay.
+pub fn fitted(batch: &Value, width: usize) -> String {
+    let full = summary(batch);
+    if full.chars().count() <= width {
+        return full;
+    }
+    let mut parts = vec![format!(
+        "{}/{}",
+        grouped(done(batch)),
+        grouped(number(batch, "/total_items"))
+    )];
+    for (status, word) in [("running", "run"), ("failed", "fail"), ("cancelled", "cxl")] {
+        let count = number(batch, &format!("/counts/{status}"));
+        if count > 0 {
+            parts.push(format!("{} {word}", grouped(count)));
+        }
+    }
+    let per_minute = batch["items_per_minute"].as_f64().unwrap_or(0.0);
+    if per_minute > 0.0 {
+        parts.push(format!("{}/min", rate(per_minute)));
+    }
+    if let Some(seconds) = batch["eta_seconds"].as_u64() {
+        parts.push(format!("~{}", duration(seconds.max(60))));
+    }
+    let cost = &batch["cost"];
+    if let (Some(total), Some(currency)) = (cost["total"].as_f64(), cost["currency"].as_str()) {
+        let spent = money(total, currency);
+        let status = batch["status"].as_str().unwrap_or("");
+        parts.push(match batch["projected_cost"].as_f64() {
+            Some(projected) if !is_terminal(status) => {
+                format!("{spent}/{}", money(projected, currency))
+            }
+            _ => spent,
+        });
+    }
+    loop {
+        let line = parts.join(" · ");
+        if line.chars().count() <= width || parts.len() == 1 {
+            return line;
+        }
+        parts.pop();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -152,6 +200,31 @@ mod tests {
             let expected = case["percent"].as_f64().unwrap();
             assert!((percent(&case["batch"]) - expected).abs() < 1e-9, "{name}");
         }
+    }
+
+    #[test]
+    fn a_narrow_line_drops_words_before_numbers_and_then_the_last_parts() {
+        let table: Value =
+            serde_json::from_str(include_str!("../../../../../web/batches.cases.json")).unwrap();
+        let example = table["cases"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|case| {
+                case["name"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("the issue's example")
+            })
+            .unwrap();
+        let batch = &example["batch"];
+        let full = summary(batch);
+        assert_eq!(fitted(batch, 200), full);
+        let compact = "1,204/5,000 · 3 run · 4 fail · 38/min · ~1 h 40 min · $3.12/$12.90";
+        assert_eq!(fitted(batch, full.chars().count() - 1), compact);
+        assert_eq!(fitted(batch, compact.len()), compact);
+        assert_eq!(fitted(batch, 40), "1,204/5,000 · 3 run · 4 fail · 38/min");
+        assert_eq!(fitted(batch, 5), "1,204/5,000");
     }
 
     #[test]

@@ -11,7 +11,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::Value;
 
 use super::Located;
-use super::summary::{done, is_terminal, summary};
+use super::summary::{done, fitted, is_terminal, summary};
 use crate::commands::Exit;
 
 /// Where the progress goes.
@@ -37,12 +37,12 @@ impl Display {
         match self {
             Display::Bar(bar) => {
                 // The message first: each setter may redraw, and the bar must never show
-                // a new position beside an old summary.
-                bar.set_message(format!(
-                    "{} · {}",
-                    batch["status"].as_str().unwrap_or("?"),
-                    summary(batch)
-                ));
+                // a new position beside an old summary. It fits the terminal beside the
+                // bar (30 columns), the percentage and the status.
+                let status = batch["status"].as_str().unwrap_or("?");
+                let (_, columns) = console::Term::stdout().size();
+                let room = usize::from(columns).saturating_sub(30 + 6 + status.len() + 3);
+                bar.set_message(format!("{status} · {}", fitted(batch, room)));
                 bar.set_length(batch["total_items"].as_u64().unwrap_or(0));
                 bar.set_position(done(batch));
             }
