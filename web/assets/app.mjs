@@ -431,9 +431,41 @@ async function stopRun() {
 
 // ---------------------------------------------------------------------------- threads
 
+/** How long the search box waits for more typing before it asks the server. */
+const SEARCH_DELAY_MS = 200;
+let searchTimer = null;
+
+/**
+ * The search box: the loaded threads are filtered by title and id at once; then the
+ * server searches every thread's title and message text (`query`) and its answer is shown.
+ */
+function searchInput() {
+  state.searchResults = null;
+  renderThreads();
+  clearTimeout(searchTimer);
+  searchTimer = setTimeout(searchThreads, SEARCH_DELAY_MS);
+}
+
+async function searchThreads() {
+  const query = els.search.value.trim();
+  const generation = ++state.searchGeneration;
+  if (query === "") return;
+  try {
+    const threads = await apiJson(paths.searchThreads(), { method: "POST", body: { query, limit: 100 } });
+    if (generation !== state.searchGeneration || !Array.isArray(threads)) return;
+    state.searchResults = threads;
+    renderThreads();
+  } catch (error) {
+    if (generation !== state.searchGeneration) return;
+    setText(els.threadListNote, `The search failed: ${error.message}`);
+    els.threadListNote.hidden = false;
+  }
+}
+
 function renderThreads() {
-  const items = threadItems(state.threads, {
-    filter: els.search.value,
+  const searched = state.searchResults !== null && els.search.value.trim() !== "";
+  const items = threadItems(searched ? state.searchResults : state.threads, {
+    filter: searched ? "" : els.search.value,
     current: state.threadId,
     onOpen: (threadId) => {
       closeSidebar();
@@ -666,7 +698,7 @@ els.newThread.addEventListener("click", () => {
   openThread(null, { push: true });
   els.input.focus();
 });
-els.search.addEventListener("input", renderThreads);
+els.search.addEventListener("input", searchInput);
 els.threadsToggle.addEventListener("click", () => {
   const open = !els.sidebar.classList.contains("open");
   els.sidebar.classList.toggle("open", open);

@@ -32,6 +32,10 @@ export const state = {
   models: [],
   tokenUsageEnabled: false,
   threads: [],
+  /** The server's answer to the search box's words, or null while it holds none. */
+  searchResults: null,
+  /** Counts searches, so an older answer never replaces a newer one. */
+  searchGeneration: 0,
   threadId: null,
   /** Bumped on every thread switch, so late answers for another thread are dropped. */
   generation: 0,

@@ -280,6 +280,47 @@ describe("stopping", () => {
   });
 });
 
+describe("thread search", () => {
+  let server;
+  before(async () => {
+    server = await startServer({ config: scriptedModel({ delayMs: 0 }) });
+  });
+  after(() => server.stop());
+
+  test("the search box finds a word of a later message, which only the server can see", async () => {
+    const wait = (thread, text) =>
+      api(server, `/api/threads/${thread}/runs/wait`, {
+        method: "POST",
+        body: { input: { messages: [{ type: "human", content: text }] } },
+      });
+    await wait("search-a", "/echo first words");
+    await wait("search-a", "/echo a zeppelin later on");
+    await wait("search-b", "/echo something else");
+    const browser = await openBrowser();
+    const { page } = browser;
+    try {
+      await page.goto(`${server.base}/`);
+      await ready(page);
+      const listed = () => page.$$eval("#thread-list li button", (buttons) => buttons.map((b) => b.dataset.threadId));
+      await page.waitForFunction(() => document.querySelectorAll("#thread-list li").length === 2);
+      await page.fill("#thread-search", "zeppelin");
+      await page.waitForFunction(() => {
+        const ids = [...document.querySelectorAll("#thread-list li button")].map((b) => b.dataset.threadId);
+        return ids.length === 1 && ids[0] === "search-a";
+      });
+      assert.deepEqual(await listed(), ["search-a"], "its title is the first message; the word is in the second");
+      await page.fill("#thread-search", "no such word");
+      await page.waitForFunction(() => !document.getElementById("thread-list-note").hidden);
+      assert.equal(await page.textContent("#thread-list-note"), "No thread matches.");
+      await page.fill("#thread-search", "");
+      await page.waitForFunction(() => document.querySelectorAll("#thread-list li").length === 2);
+      assert.deepEqual(browser.errors, []);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
 describe("token_usage.enabled = false", () => {
   let server;
   before(async () => {

@@ -68,6 +68,10 @@ pub struct ThreadSearch {
     /// The thread fields to return; all when absent or empty.
     #[serde(default)]
     pub select: Option<Vec<ThreadField>>,
+    /// Words to find, case-insensitively, in the thread's id, title or message text
+    /// (additive); blank means no filter.
+    #[serde(default)]
+    pub query: Option<String>,
 }
 
 string_enum! {

@@ -172,6 +172,7 @@ pub fn not_found(thread_id: &str) -> ApiError {
 /// `POST /api/threads/search`: the caller's threads, most recently updated first unless
 /// `sort_by`/`sort_order` say otherwise, streamed: each thread carries its latest values
 /// (unless `select` leaves them out), so the page is written one thread at a time.
+/// `query` finds words in a thread's id, title or message text.
 #[utoipa::path(post, path = "/api/threads/search", tag = "threads",
     request_body(content = SearchRequest, description = "Every field optional"),
     responses(
@@ -211,29 +212,41 @@ pub async fn search(
     let with_values = select
         .as_ref()
         .is_none_or(|fields| fields.contains(&ThreadField::Values));
-    let found: Vec<(ThreadRecord, Option<Map<String, Value>>)> = if request.values.is_empty() {
-        let threads = state.store.search_threads(&search).await?;
-        threads.into_iter().map(|thread| (thread, None)).collect()
-    } else {
-        // Values live in the checkpoints: every candidate's are read, then the page is cut.
-        search.limit = u32::MAX;
-        search.offset = 0;
-        let mut kept = Vec::new();
-        for thread in state.store.search_threads(&search).await? {
-            let values = latest_values(&state, &thread.thread_id).await?;
-            if request
-                .values
-                .iter()
-                .all(|(key, value)| values.get(key) == Some(value))
-            {
-                kept.push((thread, Some(values)));
+    let query = request
+        .query
+        .as_deref()
+        .map(str::trim)
+        .filter(|query| !query.is_empty())
+        .map(str::to_lowercase);
+    let found: Vec<(ThreadRecord, Option<Map<String, Value>>)> =
+        if request.values.is_empty() && query.is_none() {
+            let threads = state.store.search_threads(&search).await?;
+            threads.into_iter().map(|thread| (thread, None)).collect()
+        } else {
+            // Values and messages live in the checkpoints: every candidate's latest one is
+            // read, then the page is cut.
+            search.limit = u32::MAX;
+            search.offset = 0;
+            let mut kept = Vec::new();
+            for thread in state.store.search_threads(&search).await? {
+                let values = latest_values(&state, &thread.thread_id).await?;
+                let pairs_hold = request
+                    .values
+                    .iter()
+                    .all(|(key, value)| values.get(key) == Some(value));
+                if pairs_hold
+                    && query
+                        .as_deref()
+                        .is_none_or(|query| mentions(&thread.thread_id, &values, query))
+                {
+                    kept.push((thread, Some(values)));
+                }
             }
-        }
-        kept.into_iter()
-            .skip(offset as usize)
-            .take(limit as usize)
-            .collect()
-    };
+            kept.into_iter()
+                .skip(offset as usize)
+                .take(limit as usize)
+                .collect()
+        };
     let threads = futures::stream::iter(found).then(move |(thread, values)| {
         let state = state.clone();
         async move {
@@ -252,6 +265,26 @@ pub async fn search(
             paging::json_array(threads.map_ok(move |thread| selected(&thread, &names))).await
         }
     }
+}
+
+/// Whether a thread's id, title or message text holds `query` (lowercase), ignoring case.
+fn mentions(thread_id: &str, values: &Map<String, Value>, query: &str) -> bool {
+    let holds = |text: &str| text.to_lowercase().contains(query);
+    holds(thread_id)
+        || values
+            .get("title")
+            .and_then(Value::as_str)
+            .is_some_and(holds)
+        || values
+            .get("messages")
+            .and_then(Value::as_array)
+            .is_some_and(|messages| {
+                messages.iter().any(|message| {
+                    holds(&subflow_contracts::task_events::flatten_content(
+                        message.get("content"),
+                    ))
+                })
+            })
 }
 
 /// Only the `names` fields of a thread.

@@ -373,3 +373,44 @@ async fn the_message_page_runs_back_to_the_start_of_a_three_run_thread() {
     assert_eq!(status, 200);
     assert_eq!(page["data"], json!([]));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_finds_words_in_titles_and_message_text_on_the_server() {
+    let app = spawn_app().await;
+    run(&app, "q-alpha", "/echo Alpha beta").await;
+    run(&app, "q-alpha", "/echo delta later").await;
+    run(&app, "q-gamma", "/echo gamma").await;
+    run(&app, "q-other", "/echo nothing here").await;
+    let found = |query: &str| {
+        let app = &app;
+        let query = query.to_owned();
+        async move {
+            let (status, threads) = post(
+                app,
+                "/api/threads/search",
+                json!({"query": query, "sort_by": "thread_id", "sort_order": "asc"}),
+            )
+            .await;
+            assert_eq!(status, 200, "{threads}");
+            thread_ids(&threads)
+                .into_iter()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        }
+    };
+    assert_eq!(found("ALPHA").await, ["q-alpha"], "the title, any case");
+    assert_eq!(found("delta").await, ["q-alpha"], "a later message's text");
+    assert_eq!(found("echo: gamma").await, ["q-gamma"], "an answer's text");
+    assert_eq!(found("q-oth").await, ["q-other"], "the id");
+    assert_eq!(found("echo").await, ["q-alpha", "q-gamma", "q-other"]);
+    assert_eq!(found("   ").await.len(), 3, "blank is no filter");
+    assert!(found("zebra").await.is_empty());
+    // Paged after the filter.
+    let (_, page) = post(
+        &app,
+        "/api/threads/search",
+        json!({"query": "echo", "sort_by": "thread_id", "limit": 1, "offset": 1}),
+    )
+    .await;
+    assert_eq!(thread_ids(&page), ["q-gamma"]);
+}
