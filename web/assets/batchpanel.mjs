@@ -20,10 +20,14 @@ import {
 import { h, setText } from "./dom.mjs";
 
 const enc = encodeURIComponent;
+/** The item statuses the list can be narrowed to. */
+const ITEM_STATUSES = ["pending", "queued", "leased", "running", "succeeded", "failed", "cancelled"];
 const batchPaths = {
   features: () => "/api/features",
   list: (t) => `/api/threads/${enc(t)}/subagent-batches?limit=20`,
-  items: (t, b, offset) => `/api/threads/${enc(t)}/subagent-batches/${enc(b)}/items?offset=${offset}&limit=${ITEMS_PAGE}`,
+  items: (t, b, offset, status) =>
+    `/api/threads/${enc(t)}/subagent-batches/${enc(b)}/items?offset=${offset}&limit=${ITEMS_PAGE}` +
+    (status ? `&status=${enc(status)}` : ""),
   control: (t, b, action) => `/api/threads/${enc(t)}/subagent-batches/${enc(b)}/${action}`,
   retry: (t, b, i) => `/api/threads/${enc(t)}/subagent-batches/${enc(b)}/items/${enc(i)}/retry`,
   results: (t, b) => `/api/threads/${enc(t)}/subagent-batches/${enc(b)}/results.jsonl`,
@@ -93,7 +97,21 @@ class BatchCard {
     this.itemList = h("ol", { class: "batch-items", "aria-label": "Items" });
     this.itemNote = h("p", { class: "note batch-items-note", hidden: true });
     this.loadMore = button("Load more", () => this.loadNextPage(), { class: "batch-load-more", hidden: true });
-    this.itemsBox = h("div", { class: "batch-items-box", hidden: true }, this.itemList, this.itemNote, this.loadMore);
+    // Which items the list shows: all, or those of one status (the API filters).
+    this.statusFilter = h(
+      "select",
+      { class: "batch-items-filter", "aria-label": "Show items", onchange: () => this.filterItems() },
+      h("option", { value: "" }, "All items"),
+      ...ITEM_STATUSES.map((status) => h("option", { value: status }, status)),
+    );
+    this.itemsBox = h(
+      "div",
+      { class: "batch-items-box", hidden: true },
+      this.statusFilter,
+      this.itemList,
+      this.itemNote,
+      this.loadMore,
+    );
     this.element = h(
       "article",
       { class: "batch-card" },
@@ -160,6 +178,15 @@ class BatchCard {
     this.itemsBox.dataset.nextPoll = this.items.open && wait !== null ? String(wait) : "off";
   }
 
+  /** Starts the item list again with the chosen status. */
+  async filterItems() {
+    this.stopItems();
+    this.items.list = [];
+    this.items.rows.clear();
+    this.items.pagesLoaded = 0;
+    await this.refreshItems();
+  }
+
   async loadNextPage() {
     this.stopItems();
     await this.loadPage(this.items.list.length);
@@ -169,8 +196,9 @@ class BatchCard {
     const panel = this.panel;
     const threadId = panel.threadId;
     try {
-      const page = await apiJson(batchPaths.items(threadId, this.id, offset));
-      if (threadId !== panel.threadId) return;
+      const status = this.statusFilter.value;
+      const page = await apiJson(batchPaths.items(threadId, this.id, offset, status));
+      if (threadId !== panel.threadId || status !== this.statusFilter.value) return;
       const list = Array.isArray(page) ? page : [];
       this.items.list = offset === 0 && this.items.pagesLoaded <= 1 ? list : this.items.list.concat(list);
       this.items.pagesLoaded = offset === 0 && this.items.pagesLoaded <= 1 ? 1 : this.items.pagesLoaded + 1;
@@ -199,7 +227,9 @@ class BatchCard {
     // Only reorder when the rows changed, so a focused Retry button keeps its focus.
     const current = [...this.itemList.children];
     if (current.length !== rows.length || current.some((el, i) => el !== rows[i])) this.itemList.replaceChildren(...rows);
-    const note = this.items.error ?? (this.items.list.length === 0 ? "No items." : null);
+    const note =
+      this.items.error ??
+      (this.items.list.length === 0 ? (this.statusFilter.value ? `No ${this.statusFilter.value} items.` : "No items.") : null);
     setText(this.itemNote, note ?? "");
     this.itemNote.hidden = note === null;
     this.loadMore.hidden = !this.items.more;

@@ -128,6 +128,14 @@ describe("batches with a worker", () => {
       );
       assert.equal(rows.length, 6);
       assert.deepEqual(rows[0], ["item-1", "succeeded", "3"]);
+      // The status filter asks the API for one status's items.
+      await page.selectOption(".batch-items-filter", "failed");
+      await page.waitForFunction(() => document.querySelector(".batch-items-note")?.textContent === "No failed items.");
+      assert.equal(await page.locator(".batch-item").count(), 0);
+      await page.selectOption(".batch-items-filter", "succeeded");
+      await page.waitForFunction(() => document.querySelectorAll('.batch-item[data-status="succeeded"]').length === 6);
+      await page.selectOption(".batch-items-filter", "");
+      await page.waitForFunction(() => document.querySelectorAll(".batch-item").length === 6);
       // The footer shows the batch spend beside, not inside, the totals.
       await page.waitForFunction(() => document.querySelector(".usage-batches")?.textContent.startsWith("batches 6 items"));
       await screenshot(page, "batch-completed");
