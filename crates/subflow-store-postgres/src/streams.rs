@@ -34,6 +34,19 @@ async fn begin(store: &PostgresStore) -> Result<Transaction<'static, Postgres>> 
     store.pool().begin().await.map_err(db)
 }
 
+/// Announces a stored cancel request to the run's owner and commits it: the notice is
+/// delivered at commit, so whoever hears it finds the request.
+async fn announce_cancel(mut tx: Transaction<'static, Postgres>, run_id: &str) -> Result<bool> {
+    sqlx::query("SELECT pg_notify($1, json_build_object('run_id', $2::text)::text)")
+        .bind(CANCEL_CHANNEL)
+        .bind(run_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    tx.commit().await.map_err(db)?;
+    Ok(true)
+}
+
 /// Deletes the run's lease and cancel requests.
 async fn forget_lease(tx: &mut Transaction<'static, Postgres>, run_id: &str) -> Result<()> {
     for sql in [
@@ -411,14 +424,7 @@ impl StreamStore for PostgresStore {
         if stored == 0 {
             return Ok(false);
         }
-        sqlx::query("SELECT pg_notify($1, json_build_object('run_id', $2::text)::text)")
-            .bind(CANCEL_CHANNEL)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        Ok(true)
+        announce_cancel(tx, run_id).await
     }
 
     async fn request_task_cancel(&self, run_id: &str, task_id: &str) -> Result<bool> {
@@ -439,14 +445,7 @@ impl StreamStore for PostgresStore {
         if stored == 0 {
             return Ok(false);
         }
-        sqlx::query("SELECT pg_notify($1, json_build_object('run_id', $2::text)::text)")
-            .bind(CANCEL_CHANNEL)
-            .bind(run_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
-        Ok(true)
+        announce_cancel(tx, run_id).await
     }
 
     async fn take_task_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<(String, String)>> {

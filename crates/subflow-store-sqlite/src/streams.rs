@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
 use subflow_contracts::RunStatus;
 use subflow_store::streams::{epoch_millis, millis, validate_frame_page};
 use subflow_store::{
@@ -55,6 +55,40 @@ fn run_state(tx: &Connection, run_id: &str) -> Result<Option<(String, RunStatus)
         .db()?;
     row.map(|(thread, status)| Ok((thread, codec::parse("runs.status", &status)?)))
         .transpose()
+}
+
+impl SqliteStore {
+    /// Stores a cancel request of an active run (`insert`, bound to `values` and the time
+    /// now) and announces it; false when the run does not exist or has ended.
+    async fn store_cancel_request(
+        &self,
+        run_id: &str,
+        insert: &'static str,
+        mut values: Vec<String>,
+    ) -> Result<bool> {
+        let run = run_id.to_owned();
+        values.push(now_rfc3339());
+        let stored = self
+            .write(move |conn| {
+                let tx = conn.savepoint().db()?;
+                if !run_state(&tx, &run)?.is_some_and(|(_, status)| status.is_active()) {
+                    return Ok(false);
+                }
+                tx.prepare_cached(insert)
+                    .db()?
+                    .execute(params_from_iter(values))
+                    .db()?;
+                tx.commit().db()?;
+                Ok(true)
+            })
+            .await?;
+        if stored {
+            self.inner.notices.publish(StreamNotice::CancelRequested {
+                run_id: run_id.to_owned(),
+            });
+        }
+        Ok(stored)
+    }
 }
 
 fn forget_lease(tx: &Connection, run_id: &str) -> Result<()> {
@@ -368,30 +402,13 @@ impl StreamStore for SqliteStore {
     }
 
     async fn request_cancel(&self, run_id: &str) -> Result<bool> {
-        let owned = run_id.to_owned();
-        let stored = self
-            .write(move |conn| {
-                let tx = conn.savepoint().db()?;
-                if !run_state(&tx, &owned)?.is_some_and(|(_, status)| status.is_active()) {
-                    return Ok(false);
-                }
-                tx.prepare_cached(
-                    "INSERT INTO run_cancel_requests (run_id, requested_at) VALUES (?, ?) \
-                     ON CONFLICT (run_id) DO NOTHING",
-                )
-                .db()?
-                .execute([owned, now_rfc3339()])
-                .db()?;
-                tx.commit().db()?;
-                Ok(true)
-            })
-            .await?;
-        if stored {
-            self.inner.notices.publish(StreamNotice::CancelRequested {
-                run_id: run_id.to_owned(),
-            });
-        }
-        Ok(stored)
+        self.store_cancel_request(
+            run_id,
+            "INSERT INTO run_cancel_requests (run_id, requested_at) VALUES (?, ?) \
+             ON CONFLICT (run_id) DO NOTHING",
+            vec![run_id.to_owned()],
+        )
+        .await
     }
 
     async fn take_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<String>> {
@@ -416,30 +433,13 @@ impl StreamStore for SqliteStore {
     }
 
     async fn request_task_cancel(&self, run_id: &str, task_id: &str) -> Result<bool> {
-        let (run, task) = (run_id.to_owned(), task_id.to_owned());
-        let stored = self
-            .write(move |conn| {
-                let tx = conn.savepoint().db()?;
-                if !run_state(&tx, &run)?.is_some_and(|(_, status)| status.is_active()) {
-                    return Ok(false);
-                }
-                tx.prepare_cached(
-                    "INSERT INTO task_cancel_requests (run_id, task_id, requested_at) \
-                     VALUES (?, ?, ?) ON CONFLICT (run_id, task_id) DO NOTHING",
-                )
-                .db()?
-                .execute([run, task, now_rfc3339()])
-                .db()?;
-                tx.commit().db()?;
-                Ok(true)
-            })
-            .await?;
-        if stored {
-            self.inner.notices.publish(StreamNotice::CancelRequested {
-                run_id: run_id.to_owned(),
-            });
-        }
-        Ok(stored)
+        self.store_cancel_request(
+            run_id,
+            "INSERT INTO task_cancel_requests (run_id, task_id, requested_at) \
+             VALUES (?, ?, ?) ON CONFLICT (run_id, task_id) DO NOTHING",
+            vec![run_id.to_owned(), task_id.to_owned()],
+        )
+        .await
     }
 
     async fn take_task_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<(String, String)>> {

@@ -35,17 +35,7 @@ pub async fn list(
     caller: Caller,
     Path(RunPath { thread_id, run_id }): Path<RunPath>,
 ) -> Result<Json<Vec<TaskSummary>>, ApiError> {
-    if authorize_thread(&state, &caller, Permission::RunsRead, &thread_id)
-        .await?
-        .is_none()
-    {
-        return Err(not_found(&thread_id));
-    }
-    let run = state
-        .store
-        .get_run(&thread_id, &run_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))?;
+    let run = owned_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
     let summaries = state.store.task_summaries(&thread_id, &run_id).await?;
     Ok(Json(
         summaries
@@ -53,6 +43,29 @@ pub async fn list(
             .map(|summary| public_summary(summary, run.status, &state))
             .collect(),
     ))
+}
+
+/// A run of a thread of the caller's: `Thread … not found` for an unknown thread (a
+/// client holding a thread and run from a page learns which of the two is gone), `Run …
+/// not found` for an unknown run.
+async fn owned_run(
+    state: &AppState,
+    caller: &Caller,
+    needed: Permission,
+    thread_id: &str,
+    run_id: &str,
+) -> Result<subflow_store::RunRecord, ApiError> {
+    if authorize_thread(state, caller, needed, thread_id)
+        .await?
+        .is_none()
+    {
+        return Err(not_found(thread_id));
+    }
+    state
+        .store
+        .get_run(thread_id, run_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))
 }
 
 /// A summary's wire shape; a task without an end is `running` while its run is active
@@ -131,17 +144,7 @@ pub async fn cancel(
         task_id,
     }): Path<TaskPath>,
 ) -> Result<(StatusCode, Json<TaskCancelAccepted>), ApiError> {
-    if authorize_thread(&state, &caller, Permission::RunsWrite, &thread_id)
-        .await?
-        .is_none()
-    {
-        return Err(not_found(&thread_id));
-    }
-    let run = state
-        .store
-        .get_run(&thread_id, &run_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("Run {run_id} not found")))?;
+    let run = owned_run(&state, &caller, Permission::RunsWrite, &thread_id, &run_id).await?;
     let ended = |status: TaskStatus| {
         ApiError::Conflict(format!("Task {task_id} has already ended ({status})"))
     };
