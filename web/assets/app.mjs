@@ -17,6 +17,7 @@ import {
   updateCard,
 } from "./board.mjs";
 import { flattenContent, modelLabel, newCard, taskEventUpdate } from "./cards.mjs";
+import { ActivityView } from "./activity.mjs";
 import { BatchPanel } from "./batchpanel.mjs";
 import { append, h, setText } from "./dom.mjs";
 import { liveRunUsage, threadItems, threadTitle, usageParts } from "./panels.mjs";
@@ -569,8 +570,32 @@ async function rejoinActive(run) {
   await drive(run, response);
 }
 
+// ---------------------------------------------------------------------------- activity
+
+const activity = new ActivityView(els.activity, (threadId) => {
+  closeActivity();
+  closeSidebar();
+  openThread(threadId, { push: true });
+});
+
+function closeActivity() {
+  activity.hide();
+  els.activityToggle.setAttribute("aria-expanded", "false");
+}
+
+async function toggleActivity() {
+  if (activity.open) {
+    closeActivity();
+    return;
+  }
+  els.activityToggle.setAttribute("aria-expanded", "true");
+  closeSidebar();
+  await activity.show();
+}
+
 /** Shows a thread: its messages and cards, and follows its active run in the background. */
 async function openThread(threadId, { push = false, fresh = false } = {}) {
+  if (activity.open) closeActivity();
   resetThreadState();
   state.threadId = threadId;
   if (push && location.pathname !== threadPath(threadId)) history.pushState({}, "", threadPath(threadId));
@@ -699,6 +724,7 @@ els.newThread.addEventListener("click", () => {
   els.input.focus();
 });
 els.search.addEventListener("input", searchInput);
+els.activityToggle.addEventListener("click", () => toggleActivity());
 els.threadsToggle.addEventListener("click", () => {
   const open = !els.sidebar.classList.contains("open");
   els.sidebar.classList.toggle("open", open);

@@ -17,7 +17,8 @@ const TIMELINE_EVENTS = "run.start,llm.human.input,llm.ai.response,subagent.step
 
 const view = { open: false, selected: null, timeline: null, generation: 0 };
 
-const STATUS_WORDS = {
+/** A run status in words. */
+export const RUN_STATUS_WORDS = {
   pending: "Pending",
   running: "Running",
   success: "Succeeded",
@@ -80,7 +81,7 @@ function runRow(run) {
         "aria-pressed": String(view.selected === run.run_id),
         onclick: () => selectRun(run.run_id),
       },
-      h("span", { class: `run-status run-status-${run.status}` }, STATUS_WORDS[run.status] ?? run.status),
+      h("span", { class: `run-status run-status-${run.status}` }, RUN_STATUS_WORDS[run.status] ?? run.status),
       h("span", { class: "run-start" }, started === null ? "—" : new Date(started).toLocaleString()),
       h("span", { class: "run-duration" }, duration === null ? "—" : formatDuration(duration)),
       h("span", { class: "run-tokens" }, `${formatTokenCount(run.total_tokens ?? 0)} tokens`),

@@ -7,6 +7,8 @@ export const els = {
   threadsToggle: $("threads-toggle"),
   newThread: $("new-thread"),
   search: $("thread-search"),
+  activity: $("activity"),
+  activityToggle: $("activity-toggle"),
   threadList: $("thread-list"),
   threadListNote: $("thread-list-note"),
   title: $("thread-title"),

@@ -321,6 +321,56 @@ describe("thread search", () => {
   });
 });
 
+describe("every run and batch", () => {
+  let server;
+  before(async () => {
+    server = await startServer({ config: scriptedModel({ delayMs: 0 }) });
+  });
+  after(() => server.stop());
+
+  test("the activity panel lists every run and batch across threads and opens a row's thread", async () => {
+    for (const thread of ["act-1", "act-2"]) {
+      await api(server, `/api/threads/${thread}/runs/wait`, {
+        method: "POST",
+        body: { input: { messages: [{ type: "human", content: `/echo ${thread}` }] } },
+      });
+    }
+    await api(server, "/api/threads/act-3/subagent-batches", {
+      method: "POST",
+      body: {
+        submission_key: "activity",
+        title: "Activity batch",
+        subagent_type: "general-purpose",
+        items: [{ key: "a", prompt: "p" }],
+      },
+    });
+    const browser = await openBrowser();
+    const { page } = browser;
+    try {
+      await page.goto(`${server.base}/`);
+      await ready(page);
+      await page.click("#activity-toggle");
+      await page.waitForFunction(() => document.querySelectorAll("#activity .activity-row").length === 3);
+      const rows = await page.$$eval("#activity .activity-row", (buttons) =>
+        buttons.map((b) => [b.closest("section").className, b.dataset.threadId]),
+      );
+      assert.deepEqual(rows, [
+        ["activity-section activity-runs", "act-2"],
+        ["activity-section activity-runs", "act-1"],
+        ["activity-section activity-batches", "act-3"],
+      ]);
+      assert.match(await page.textContent("#activity .activity-batches .activity-row"), /Activity batch/);
+      assert.match(await page.textContent("#activity .activity-runs .activity-row"), /Succeeded/);
+      await page.click('#activity .activity-runs .activity-row[data-thread-id="act-1"]');
+      await page.waitForFunction(() => location.pathname.endsWith("/act-1") && document.getElementById("activity").hidden);
+      await page.waitForFunction(() => document.getElementById("thread-title").textContent === "/echo act-1");
+      assert.deepEqual(browser.errors, []);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
 describe("token_usage.enabled = false", () => {
   let server;
   before(async () => {

@@ -595,10 +595,13 @@ async fn every_route_needs_its_permission_and_admin_holds_them_all() {
                 route.request_body(),
             )
             .await;
-            // A task cancel needs a running task, which no fixture has: the route's own
-            // 404 for an unknown task shows the request got past the permission check.
+            // A task cancel needs a running task and pause or resume an active batch,
+            // which no fixture has (its batch has failed): the route's own refusal shows
+            // the request got past the permission check.
             let reached = if route.path.ends_with("/tasks/{task_id}/cancel") {
                 answer.status == 404 && answer.text.contains("Task call_unknown not found")
+            } else if route.path.ends_with("/pause") || route.path.ends_with("/resume") {
+                answer.status == 409 && answer.text.contains("has already ended (failed)")
             } else {
                 (200..300).contains(&answer.status)
             };
