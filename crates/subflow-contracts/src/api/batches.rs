@@ -242,14 +242,19 @@ pub struct BatchFeatures {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct BatchSubmission {
-    /// A second submission with the same key returns the first batch (1-256 characters).
+    /// A second submission with the same key returns the first batch (1-512 characters).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 512))]
     pub submission_key: String,
     /// A title shown with the batch (at most 256 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_length = 256))]
     pub title: Option<String>,
-    /// The items, each with a key unique in the batch.
+    /// The items, each with a key unique in the batch (at most
+    /// `subagent_batches.max_items_per_batch`).
+    #[cfg_attr(feature = "openapi", schema(min_items = 1, max_items = 100_000))]
     pub items: Vec<BatchSubmissionItem>,
-    /// The subagent type every item runs as.
+    /// The subagent type every item runs as: one of the configured definitions.
+    #[cfg_attr(feature = "openapi", schema(min_length = 1))]
     pub subagent_type: String,
     /// Items claimed at once; absent or 0 is the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -265,10 +270,13 @@ pub struct BatchSubmission {
 #[serde(deny_unknown_fields)]
 pub struct BatchSubmissionItem {
     /// Unique in the batch (1-128 characters).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 128))]
     pub key: String,
     /// What the subagent is asked (1-100,000 characters).
+    #[cfg_attr(feature = "openapi", schema(min_length = 1, max_length = 100_000))]
     pub prompt: String,
     /// At most 20, each at most 500 characters.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[cfg_attr(feature = "openapi", schema(max_items = 20))]
     pub acceptance_criteria: Option<Vec<String>>,
 }
