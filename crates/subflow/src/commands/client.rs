@@ -11,8 +11,24 @@ use serde_json::Value;
 #[derive(Debug, Clone, clap::Args)]
 pub struct ClientArgs {
     /// The gateway's base URL.
-    #[arg(long, env = "SUBFLOW_URL", default_value = "http://127.0.0.1:8001")]
+    #[arg(long, env = "SUBFLOW_URL", default_value = "http://127.0.0.1:8001", value_parser = gateway_url)]
     pub url: String,
+}
+
+/// `--url`: an absolute `http://` or `https://` URL, else a usage error that says so.
+fn gateway_url(text: &str) -> Result<String, String> {
+    match reqwest::Url::parse(text) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") && url.has_host() => {
+            Ok(text.to_owned())
+        }
+        Ok(url) => Err(format!(
+            "expected an http:// or https:// URL of the gateway, got scheme '{}'",
+            url.scheme()
+        )),
+        Err(error) => Err(format!(
+            "expected the gateway's URL, such as http://127.0.0.1:8001 ({error})"
+        )),
+    }
 }
 
 /// A gateway client.

@@ -396,3 +396,36 @@ fn log_lines_follow_the_configured_format_with_the_request_trace_id_only_when_en
     assert!(task["message"].as_str().unwrap().starts_with("[trace="));
     assert!(task["timestamp"].is_string());
 }
+
+#[test]
+fn a_bad_gateway_url_or_item_status_is_a_usage_error_that_says_what_to_give() {
+    let dir = tempfile::tempdir().unwrap();
+    for args in [
+        &["usage", "t1", "--url", "notaurl"][..],
+        &[
+            "tasks",
+            "cancel",
+            "t1",
+            "r1",
+            "c1",
+            "--url",
+            "ftp://example.test",
+        ],
+    ] {
+        let output = subflow(args, dir.path());
+        assert_eq!(output.status.code(), Some(2), "{args:?}");
+        let text = stderr(&output);
+        assert!(text.contains("--url"), "{text}");
+        assert!(text.contains("http://"), "{text}");
+        assert!(!text.contains("builder error"), "{text}");
+    }
+    let output = subflow(&["batches", "show", "b1", "--status", "bogus"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    let text = stderr(&output);
+    assert!(
+        text.contains(
+            "expected one of pending, queued, leased, running, succeeded, failed, cancelled"
+        ),
+        "{text}"
+    );
+}

@@ -53,7 +53,7 @@ pub enum BatchesCommand {
         /// The batch id.
         batch: String,
         /// Only items with this status.
-        #[arg(long)]
+        #[arg(long, value_parser = item_status)]
         status: Option<String>,
         #[command(flatten)]
         common: Common,
@@ -107,6 +107,20 @@ pub enum BatchesCommand {
         #[command(flatten)]
         common: Common,
     },
+}
+
+/// `--status`: one of the item statuses, else a usage error that lists them.
+fn item_status(text: &str) -> Result<String, String> {
+    match text.parse::<subflow_contracts::BatchItemStatus>() {
+        Ok(status) => Ok(status.as_str().to_owned()),
+        Err(_) => {
+            let names: Vec<&str> = subflow_contracts::BatchItemStatus::ALL
+                .iter()
+                .map(|status| status.as_str())
+                .collect();
+            Err(format!("expected one of {}", names.join(", ")))
+        }
+    }
 }
 
 /// A batch located: its thread and public record.
