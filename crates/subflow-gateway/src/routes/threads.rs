@@ -18,7 +18,9 @@ use subflow_contracts::api::{
 };
 use subflow_contracts::messages::Message;
 use subflow_contracts::{Permission, RunStatus, ThreadStatus};
-use subflow_store::{Checkpoint, NewCheckpoint, NewThread, Store, ThreadRecord, ThreadSearch};
+use subflow_store::{
+    Checkpoint, NewCheckpoint, NewThread, RunScope, Store, ThreadRecord, ThreadSearch,
+};
 use utoipa::IntoParams;
 
 use super::{ThreadPath, checked_thread_id, paging, parse_body};
@@ -360,8 +362,18 @@ pub async fn update_state(
             "Invalid request body: values.title must be a string or null".to_owned(),
         ));
     }
-    // A running run checkpoints its own state after every step and would write over this.
-    if thread.status == ThreadStatus::Busy {
+    // A run in progress (or about to start) checkpoints its own state after every step
+    // and would write over this.
+    let mut active = thread.status == ThreadStatus::Busy;
+    for status in [RunStatus::Pending, RunStatus::Running] {
+        active = active
+            || !state
+                .store
+                .list_runs(RunScope::Thread(&thread_id), Some(status), 1, 0)
+                .await?
+                .is_empty();
+    }
+    if active {
         return Err(ApiError::Conflict(format!(
             "Thread {thread_id} has a run in progress: update its state once the run ends"
         )));
@@ -421,12 +433,7 @@ pub async fn delete(
     for status in [RunStatus::Running, RunStatus::Pending] {
         for run in state
             .store
-            .list_runs(
-                subflow_store::RunScope::Thread(&thread_id),
-                Some(status),
-                100,
-                0,
-            )
+            .list_runs(RunScope::Thread(&thread_id), Some(status), 100, 0)
             .await?
         {
             crate::stream::cancel_and_wait(&state, &thread_id, &run.run_id).await;
