@@ -90,6 +90,17 @@ export function retryControl(item, readOnly) {
   return { shown, enabled: shown && !readOnly };
 }
 
+/**
+ * An item's attempt, and whether it was retried by hand ("1 · retried once"): a retry
+ * resets the attempt, so the retry count is what shows the item ran before.
+ */
+export function attemptText(item) {
+  const retries = item?.retries ?? 0;
+  const attempt = `${item?.attempt ?? 0}`;
+  if (retries === 0) return attempt;
+  return `${attempt} · retried ${retries === 1 ? "once" : `${retries} times`}`;
+}
+
 /** The limits of a card: "100 live · 3 running · 3 attempts". */
 export function limitsText(batch) {
   return `${batch.max_live_items} live · ${batch.max_running_items} running · ${batch.max_attempts} attempts`;

@@ -7,6 +7,7 @@ import { ApiError, apiFetch, apiJson } from "./api.mjs";
 import {
   ITEMS_PAGE,
   READ_ONLY_TEXT,
+  attemptText,
   badgeText,
   controls,
   itemsInterval,
@@ -67,7 +68,7 @@ class ItemRow {
     this.element.dataset.status = item.status;
     setText(this.key, item.item_key);
     setText(this.status, item.status);
-    setText(this.attempt, `attempt ${item.attempt}`);
+    setText(this.attempt, `attempt ${attemptText(item)}`);
     setText(this.preview, item.result_preview ?? "");
     this.preview.hidden = !item.result_preview;
     setText(this.error, item.error ?? "");

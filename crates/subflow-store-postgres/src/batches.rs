@@ -50,7 +50,7 @@ macro_rules! item_columns {
         "id, batch_id, item_key, position, status, attempt, model_name, result_preview, \
          result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
          acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, \
-         lease_owner, lease_expires_at, cancel_requested_at, result"
+         lease_owner, lease_expires_at, cancel_requested_at, result, retries"
     };
 }
 
@@ -59,7 +59,7 @@ macro_rules! listed_item_columns {
         "id, batch_id, item_key, position, status, attempt, model_name, result_preview, \
          result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
          acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, \
-         lease_owner, lease_expires_at, cancel_requested_at, NULL::text AS result"
+         lease_owner, lease_expires_at, cancel_requested_at, NULL::text AS result, retries"
     };
 }
 
@@ -123,6 +123,7 @@ fn item_from_row(row: &PgRow) -> Result<BatchItem> {
         position: small(row, "position")?,
         status: codec::parse("subagent_batch_items.status", get(row, "status")?)?,
         attempt: small(row, "attempt")?,
+        retries: small(row, "retries")?,
         model_name: get(row, "model_name")?,
         result_preview: get(row, "result_preview")?,
         result_truncated: get(row, "result_truncated")?,
@@ -238,13 +239,14 @@ async fn write_items(conn: &mut PgConnection, items: &[BatchItem]) -> Result<()>
          token_usage = u.token_usage, acceptance_verdict = u.acceptance_verdict, \
          lease_owner = u.lease_owner, lease_expires_at = u.lease_expires_at, \
          cancel_requested_at = u.cancel_requested_at, started_at = u.started_at, \
-         completed_at = u.completed_at, updated_at = u.updated_at \
+         completed_at = u.completed_at, updated_at = u.updated_at, retries = u.retries \
          FROM UNNEST($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], \
          $6::text[], $7::bool[], $8::text[], $9::text[], $10::text[], $11::text[], \
-         $12::text[], $13::bigint[], $14::text[], $15::text[], $16::text[], $17::text[]) \
+         $12::text[], $13::bigint[], $14::text[], $15::text[], $16::text[], $17::text[], \
+         $18::bigint[]) \
          AS u(id, status, attempt, model_name, result, result_preview, result_truncated, \
          error, stop_reason, token_usage, acceptance_verdict, lease_owner, lease_expires_at, \
-         cancel_requested_at, started_at, completed_at, updated_at) WHERE i.id = u.id",
+         cancel_requested_at, started_at, completed_at, updated_at, retries) WHERE i.id = u.id",
     )
     .bind(column(items, |i| i.id.clone()))
     .bind(column(items, |i| i.status.as_str()))
@@ -263,6 +265,7 @@ async fn write_items(conn: &mut PgConnection, items: &[BatchItem]) -> Result<()>
     .bind(column(items, |i| i.started_at.clone()))
     .bind(column(items, |i| i.completed_at.clone()))
     .bind(column(items, |i| i.updated_at.clone()))
+    .bind(column(items, |i| i64::from(i.retries)))
     .execute(&mut *conn)
     .await
     .map_err(db)?;

@@ -92,12 +92,12 @@ fn decode_batch(row: &Row<'_>) -> Result<BatchRecord> {
 const ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, model_name, \
      result_preview, result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
      acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, lease_owner, \
-     lease_expires_at, cancel_requested_at, result";
+     lease_expires_at, cancel_requested_at, result, retries";
 
 const LISTED_ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, \
      model_name, result_preview, result_truncated, error, stop_reason, token_usage, \
      acceptance_criteria, acceptance_verdict, started_at, completed_at, created_at, \
-     updated_at, prompt, lease_owner, lease_expires_at, cancel_requested_at, NULL";
+     updated_at, prompt, lease_owner, lease_expires_at, cancel_requested_at, NULL, retries";
 
 fn decode_item(row: &Row<'_>) -> Result<BatchItem> {
     let stop_reason: Option<String> = row.get(10).db()?;
@@ -133,6 +133,7 @@ fn decode_item(row: &Row<'_>) -> Result<BatchItem> {
         lease_expires_at: row.get(20).db()?,
         cancel_requested_at: row.get(21).db()?,
         result: row.get(22).db()?,
+        retries: row.get(23).db()?,
     })
 }
 
@@ -198,8 +199,8 @@ fn write_item(conn: &Connection, item: &BatchItem) -> Result<()> {
         "UPDATE subagent_batch_items SET status = ?, attempt = ?, model_name = ?, \
          result = ?, result_preview = ?, result_truncated = ?, error = ?, stop_reason = ?, \
          token_usage = ?, acceptance_verdict = ?, lease_owner = ?, lease_expires_at = ?, \
-         cancel_requested_at = ?, started_at = ?, completed_at = ?, updated_at = ? \
-         WHERE id = ?",
+         cancel_requested_at = ?, started_at = ?, completed_at = ?, updated_at = ?, \
+         retries = ? WHERE id = ?",
     )
     .db()?
     .execute(params![
@@ -219,6 +220,7 @@ fn write_item(conn: &Connection, item: &BatchItem) -> Result<()> {
         item.started_at,
         item.completed_at,
         item.updated_at,
+        item.retries,
         item.id
     ])
     .db()?;

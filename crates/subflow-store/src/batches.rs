@@ -140,8 +140,10 @@ pub struct BatchItem {
     pub position: u32,
     /// Lifecycle status.
     pub status: BatchItemStatus,
-    /// Attempts used (0 before the first claim).
+    /// Attempts used (0 before the first claim and after a retry).
     pub attempt: u32,
+    /// Manual retries: a retry resets `attempt`, this keeps count that it ran before.
+    pub retries: u32,
     /// The model of the last finished attempt.
     pub model_name: Option<String>,
     /// A prefix of the result.
@@ -312,6 +314,7 @@ impl NewBatch {
                 position: position as u32,
                 status: BatchItemStatus::Pending,
                 attempt: 0,
+                retries: 0,
                 model_name: None,
                 result_preview: None,
                 result_truncated: false,

@@ -187,6 +187,11 @@ describe("batches with a worker", () => {
         }
       })();
       assert.equal(after.error, before.error);
+      assert.deepEqual([before.retries, after.retries], [0, 1], "the retry is counted");
+      // The row says the item ran before: its attempt restarted, the retry shows.
+      await page.waitForSelector(
+        `${card(failed.id)} .batch-item[data-status="failed"] .batch-item-attempt:has-text("attempt ${after.attempt} · retried once")`,
+      );
       assert.deepEqual(browser.errors, []);
     } finally {
       await browser.close();

@@ -18,6 +18,10 @@ for (const { name, batch, percent, summary } of table.cases) {
   });
 }
 
+for (const { name, item, text } of table.attempts) {
+  test(`attempt: ${name}`, () => assert.equal(batches.attemptText(item), text));
+}
+
 const of = (...statuses) => statuses.map((status) => ({ status }));
 
 test("the badge counts active batches and says 9+ above nine", () => {

@@ -182,8 +182,11 @@ pub struct BatchItem {
     pub position: u32,
     /// Lifecycle status.
     pub status: BatchItemStatus,
-    /// Attempts started.
+    /// Attempts started since the item was submitted or last retried.
     pub attempt: u32,
+    /// Manual retries of the item (additive): with `attempt`, how often it ran.
+    #[serde(default)]
+    pub retries: u32,
     /// The model of the last attempt.
     pub model_name: Option<String>,
     /// The first characters of the result.

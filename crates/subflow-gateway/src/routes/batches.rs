@@ -225,6 +225,7 @@ pub fn public_item(item: &BatchItem) -> PublicItem {
         position: item.position,
         status: item.status,
         attempt: item.attempt,
+        retries: item.retries,
         model_name: item.model_name.clone(),
         result_preview: item.result_preview.clone(),
         result_truncated: item.result_truncated,

@@ -355,7 +355,7 @@ pub enum RetryRefusal {
     BatchCancelled,
 }
 
-/// Retry of a failed item: `pending`, attempt 0, outcome cleared; a finished batch is
+/// Retry of a failed item: `pending`, attempt 0, one more retry counted, outcome cleared; a finished batch is
 /// `queued` again. The item check comes first, then the batch's.
 pub fn retry(batch: &mut BatchRecord, item: &mut BatchItem, now: &Now) -> Result<(), RetryRefusal> {
     if item.status != BatchItemStatus::Failed || item.batch_id != batch.id {
@@ -366,6 +366,7 @@ pub fn retry(batch: &mut BatchRecord, item: &mut BatchItem, now: &Now) -> Result
     }
     set_status(batch, item, BatchItemStatus::Pending, now);
     item.attempt = 0;
+    item.retries = item.retries.saturating_add(1);
     item.result = None;
     item.result_preview = None;
     item.result_truncated = false;

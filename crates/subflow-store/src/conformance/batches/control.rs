@@ -83,7 +83,7 @@ pub async fn batches_retry_revives_a_failed_item_and_its_batch(store: Arc<dyn St
         panic!("a failed item retries");
     };
     assert_eq!(item.status, BatchItemStatus::Pending);
-    assert_eq!(item.attempt, 0);
+    assert_eq!((item.attempt, item.retries), (0, 1), "the retry is counted");
     assert_eq!(
         (
             item.error,
@@ -107,6 +107,14 @@ pub async fn batches_retry_revives_a_failed_item_and_its_batch(store: Arc<dyn St
         self::batch(&*store, &id).await.status,
         BatchStatus::Completed
     );
+    let ran_again = self::item(&*store, &id, &bad.item_id).await;
+    assert_eq!(
+        (ran_again.status, ran_again.attempt, ran_again.retries),
+        (BatchItemStatus::Failed, 1, 1),
+        "an item that failed again after a retry still shows it ran before"
+    );
+    let listed = items(&*store, &id).await;
+    assert!(listed.iter().any(|i| i.id == bad.item_id && i.retries == 1));
 
     let other = submit(&*store, new_batch("b", 2, 2, 2, 1)).await.id;
     let lease = pass(&*store, &claim(WORKER, 1, LIVE)).await.claimed[0].lease();

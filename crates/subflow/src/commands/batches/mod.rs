@@ -268,8 +268,8 @@ fn first_line(text: &str, width: usize) -> String {
     }
 }
 
-/// The items table: key, status, attempt, and the preview (the error for an item that
-/// did not succeed).
+/// The items table: key, status, attempt (and manual retries), and the preview (the
+/// error for an item that did not succeed).
 fn items_table(items: &[Value]) -> String {
     let key_width = items
         .iter()
@@ -278,20 +278,26 @@ fn items_table(items: &[Value]) -> String {
         .max()
         .unwrap_or(0)
         .clamp(3, 40);
+    let attempts: Vec<String> = items.iter().map(summary::attempt_text).collect();
+    let attempt_width = attempts
+        .iter()
+        .map(|a| a.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max("ATTEMPT".len());
     let mut out = format!(
-        "{:<key_width$}  {:<9}  {:>7}  PREVIEW\n",
+        "{:<key_width$}  {:<9}  {:<attempt_width$}  PREVIEW\n",
         "KEY", "STATUS", "ATTEMPT"
     );
-    for item in items {
+    for (item, attempt) in items.iter().zip(&attempts) {
         let status = item["status"].as_str().unwrap_or("?");
         let text = match (item["error"].as_str(), status) {
             (Some(error), "failed" | "cancelled" | "queued") => error,
             _ => item["result_preview"].as_str().unwrap_or(""),
         };
         out.push_str(&format!(
-            "{:<key_width$}  {status:<9}  {:>7}  {}\n",
+            "{:<key_width$}  {status:<9}  {attempt:<attempt_width$}  {}\n",
             first_line(item["item_key"].as_str().unwrap_or("?"), 40),
-            item["attempt"].as_u64().unwrap_or(0),
             first_line(text, 72)
         ));
     }
@@ -396,9 +402,20 @@ mod tests {
             items_table(items.as_array().unwrap()),
             "\
 KEY      STATUS     ATTEMPT  PREVIEW
-item-1   succeeded        1  First line
-item-22  failed           3  boom
-item-3   pending          0  \n"
+item-1   succeeded  1        First line
+item-22  failed     3        boom
+item-3   pending    0        \n"
+        );
+        let retried = json!([
+            {"item_key": "a", "status": "failed", "attempt": 1, "retries": 1, "result_preview": null, "error": "boom again"},
+            {"item_key": "b", "status": "succeeded", "attempt": 1, "retries": 0, "result_preview": "ok", "error": null}
+        ]);
+        assert_eq!(
+            items_table(retried.as_array().unwrap()),
+            "\
+KEY  STATUS     ATTEMPT           PREVIEW
+a    failed     1 · retried once  boom again
+b    succeeded  1                 ok\n"
         );
         assert_eq!(
             first_line(&"x".repeat(80), 10),

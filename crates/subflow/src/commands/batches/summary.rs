@@ -30,6 +30,17 @@ pub fn percent(batch: &Value) -> f64 {
     (raw * 100.0).round() / 100.0
 }
 
+/// An item's attempt, and whether it was retried by hand (`1 · retried once`): a retry
+/// resets the attempt, so the retry count is what shows the item ran before.
+pub fn attempt_text(item: &Value) -> String {
+    let attempt = number(item, "/attempt");
+    match number(item, "/retries") {
+        0 => attempt.to_string(),
+        1 => format!("{attempt} · retried once"),
+        retries => format!("{attempt} · retried {retries} times"),
+    }
+}
+
 /// Whether the batch has ended.
 pub fn is_terminal(status: &str) -> bool {
     matches!(status, "completed" | "failed" | "cancelled")
@@ -199,6 +210,22 @@ mod tests {
             assert_eq!(summary(&case["batch"]), case["summary"], "{name}");
             let expected = case["percent"].as_f64().unwrap();
             assert!((percent(&case["batch"]) - expected).abs() < 1e-9, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_shared_attempt_cases_hold_for_the_cli() {
+        let table: Value =
+            serde_json::from_str(include_str!("../../../../../web/batches.cases.json")).unwrap();
+        let cases = table["attempts"].as_array().unwrap();
+        assert!(cases.len() >= 5);
+        for case in cases {
+            assert_eq!(
+                attempt_text(&case["item"]),
+                case["text"],
+                "{}",
+                case["name"]
+            );
         }
     }
 
