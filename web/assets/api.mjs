@@ -1,5 +1,5 @@
 // The gateway's public API as the workspace uses it: every call carries the session's
-// bearer token when there is one, and a 401 asks for a token and retries (SPEC §13).
+// bearer token when there is one, and a 401 asks for a token and retries (docs/api.md#auth-and-ownership).
 
 const TOKEN_KEY = "subflow.token";
 

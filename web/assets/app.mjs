@@ -26,7 +26,7 @@ import { readFrames } from "./sse.mjs";
 import { announce, els, sleep, state } from "./state.mjs";
 
 const STREAM_MODES = ["values", "messages-tuple", "custom"];
-/** Consecutive `gap` recoveries before giving up (SPEC §14.1). */
+/** Consecutive `gap` recoveries before giving up (docs/workspace.md#task-card). */
 const MAX_GAPS = 5;
 /** Consecutive failed reconnects before giving up. */
 const MAX_RECONNECTS = 5;
@@ -218,7 +218,7 @@ async function consume(run, response) {
   return outcome;
 }
 
-/** SPEC §14.1 gap recovery: live task state is cleared, the state reloaded and backfilled. */
+/** docs/workspace.md#task-card gap recovery: live task state is cleared, the state reloaded and backfilled. */
 async function recoverFromGap(run) {
   for (const [id, turn] of state.cardTurn) {
     if (turn === state.turns) {
@@ -385,7 +385,7 @@ async function sendPrompt(text) {
     stream_mode: STREAM_MODES,
     on_disconnect: "continue",
   };
-  // The model picker names the run's model (SPEC §2.2 `config.configurable.model_name`).
+  // The model picker names the run's model (docs/api.md#run-request `config.configurable.model_name`).
   if (state.models.length > 1) body.config = { configurable: { model_name: run.modelName } };
   let response;
   try {
@@ -526,7 +526,7 @@ function renderUsage() {
   els.usage.replaceChildren(...usageParts(state.usage.usage, { lastRun: state.usage.lastRun, models: state.models, live }));
 }
 
-// Durable batches of the open thread (SPEC §14.2); their progress moves the footer's spend.
+// Durable batches of the open thread (docs/workspace.md#batch-panel); their progress moves the footer's spend.
 const batchPanel = new BatchPanel(els.batches, { onChange: () => refreshUsage() });
 
 function resetThreadState() {

@@ -1,4 +1,4 @@
-// The batch panel's rules (SPEC §14.2) as pure functions: no DOM, no network, no clock.
+// The batch panel's rules (docs/workspace.md#batch-panel) as pure functions: no DOM, no network, no clock.
 // The summary line and the progress percentage follow the case table web/batches.cases.json,
 // which `subflow batches` (crates/subflow/src/commands/batches/summary.rs) runs too. The
 // rate, ETA and costs are the gateway's; these functions only display them.

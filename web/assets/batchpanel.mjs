@@ -1,4 +1,4 @@
-// The batch panel of SPEC §14.2 on screen: the thread's durable batches polled from the
+// The batch panel of docs/workspace.md#batch-panel on screen: the thread's durable batches polled from the
 // public API, one card per batch (kept across polls so focus and open item lists
 // survive), Pause / Resume / Cancel / Export JSONL / View items, and item rows with
 // Retry. The rules are batches.mjs's; every text is set as text.

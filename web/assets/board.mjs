@@ -198,7 +198,7 @@ export async function fetchSteps(threadId, runId, id) {
   }
 }
 
-/** Fills an expanded card's steps from the backfill (SPEC §14.1); a failure retries on the next expand. */
+/** Fills an expanded card's steps from the backfill (docs/workspace.md#task-card); a failure retries on the next expand. */
 async function backfillCard(id) {
   if (state.backfill.get(id) === "loading") return;
   const generation = state.generation;

@@ -1,4 +1,4 @@
-// The task card rules of SPEC §14.1 as pure functions: no DOM, no network, no clock.
+// The task card rules of docs/workspace.md#task-card as pure functions: no DOM, no network, no clock.
 //
 // The browser imports this very file, `node --test` runs the shared case table
 // `web/cards.cases.json` against it, and `subflow tail` carries a Rust port
@@ -28,13 +28,13 @@ export const SUBAGENT_STATUSES = Object.freeze([
 /** `valid_stop_reason_values` of contracts/subagent_status_contract.json. */
 export const SUBAGENT_STOP_REASONS = Object.freeze(["token_capped", "turn_capped", "loop_capped"]);
 
-/** The pre-v2 status readers still accept (SPEC §4.4). */
+/** The pre-v2 status readers still accept (docs/events.md#reading-the-contract). */
 export const LEGACY_MAX_TURNS_REACHED = "max_turns_reached";
 
 /** How a card shows a task. */
 export const CARD_STATUSES = Object.freeze(["in_progress", "completed", "failed"]);
 
-/** Backfill page size and page cap (SPEC §14.1). */
+/** Backfill page size and page cap (docs/workspace.md#task-card). */
 export const BACKFILL_LIMIT = 500;
 export const BACKFILL_MAX_PAGES = 100;
 
@@ -124,7 +124,7 @@ function readLegacyText(text) {
 }
 
 /**
- * The card update a terminal `task` ToolMessage gives (SPEC §4.4, §14.1). Structured
+ * The card update a terminal `task` ToolMessage gives (docs/events.md#reading-the-contract, docs/workspace.md#task-card). Structured
  * keys (`subagent_*`) decide; a structured message without a valid status is in
  * progress; only a message without any such key is read by its legacy text prefix.
  */
@@ -266,7 +266,7 @@ function deepEqual(a, b) {
 }
 
 /**
- * Applies an update to a card (SPEC §14.1 "Merge"): a shallow overlay in which a terminal
+ * Applies an update to a card (docs/workspace.md#task-card "Merge"): a shallow overlay in which a terminal
  * status never reverts to in progress, steps merge by `messageIndex`, and a usage with a lower
  * `totalTokens` is ignored. `publish` says when to tell the UI: terminal transitions after
  * the render (`after_render`), other changes at once (`now`), identical re-parses never
@@ -326,7 +326,7 @@ function readBrief(value) {
 }
 
 /**
- * The update a task summary of `GET …/runs/{run_id}/tasks` gives (SPEC §6.1): what the
+ * The update a task summary of `GET …/runs/{run_id}/tasks` gives (docs/api.md#task-summaries): what the
  * card shows before its steps are loaded — type, description, model, usage, stop reason,
  * error or brief, and the summary's step count and latest step. Status still comes from
  * the ToolMessage (or the pending rule).
@@ -409,7 +409,7 @@ function priceOfEntry(model) {
 }
 
 /**
- * The price of a model among `/api/models`' `models` (SPEC §7.4): by configured `name`, by
+ * The price of a model among `/api/models`' `models` (docs/usage-and-cost.md#cost): by configured `name`, by
  * provider `model`, then by their lowercase forms; null when none is priced.
  */
 export function priceOf(modelName, models) {
@@ -473,7 +473,7 @@ export function formatCost(amount, currency) {
 }
 
 /**
- * What stopped runs spent (`/token-usage`'s `stopped_runs`, SPEC §7.3), which the totals
+ * What stopped runs spent (`/token-usage`'s `stopped_runs`, docs/usage-and-cost.md#thread-token-usage), which the totals
  * leave out: "+ 1,993 tokens, $0.004 in 1 stopped run"; null when no run stopped.
  */
 export function stoppedRunsLine(stopped) {

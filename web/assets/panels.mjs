@@ -1,5 +1,5 @@
 // The side panels of the workspace: the thread list with its search filter and the
-// usage-and-cost footer (SPEC §7.3, §7.4). Rendering only; app.mjs fetches the data.
+// usage-and-cost footer (docs/usage-and-cost.md#thread-token-usage, docs/usage-and-cost.md#cost). Rendering only; app.mjs fetches the data.
 
 import { batchSpendText } from "./batches.mjs";
 import {
@@ -84,7 +84,7 @@ const count = (value) => (typeof value === "number" && Number.isFinite(value) &&
  * What the run being streamed has spent so far, from the stream alone (the gateway stores
  * a running run's usage only every few seconds): the lead's own model calls — the
  * `usage_metadata` of this turn's AI messages, less the subagent usage attributed to them
- * (SPEC §4.5) — and its task cards' cumulative usage, priced at the run's model and at
+ * (docs/events.md#attribution) — and its task cards' cumulative usage, priced at the run's model and at
  * each card's model. Middleware calls are counted once the run has ended.
  */
 export function liveRunUsage({ messages, cards, runModel, models }) {

@@ -1,4 +1,4 @@
-// Server-sent events read from a fetch body (SPEC §2.4): `event`, `data` and `id` fields,
+// Server-sent events read from a fetch body (docs/api.md#sse-frames): `event`, `data` and `id` fields,
 // frames ended by a blank line, `:` comments (heartbeats) skipped. Pure: no network.
 
 /** Splits a text stream into SSE frames `{event, data, id}`; `id` is null when a frame has none. */

@@ -1,5 +1,5 @@
 // A run's timeline as data: the lead's model turns and one bar per task on one time
-// axis, from the events' `created_at` (the time each event happened, SPEC §5.1) and the
+// axis, from the events' `created_at` (the time each event happened, docs/events.md#envelope) and the
 // run's task summaries. Pure functions: runview.mjs draws what they return.
 
 const TIME = /^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d+))?(Z|[+-]\d{2}:\d{2})$/;

@@ -1,14 +1,14 @@
-//! What one attempt of an item sends and stores (SPEC §12.6, §12.9): the at-least-once
+//! What one attempt of an item sends and stores (docs/batches.md#leases-and-fencing, docs/batches.md#running-an-item): the at-least-once
 //! preamble before its prompt, and the caps on its result, preview and error.
 
 use subflow_contracts::task_result::TokenUsage;
 use subflow_store::ItemUsage;
 
-/// Characters of an attempt's error that are stored (SPEC §12.9).
+/// Characters of an attempt's error that are stored (docs/batches.md#running-an-item).
 pub const ERROR_MAX_CHARS: usize = 4_000;
 
 /// The prompt a subagent gets for the item `item_key`: the at-least-once preamble of
-/// SPEC §12.6, a blank line, then the item's prompt.
+/// docs/batches.md#leases-and-fencing, a blank line, then the item's prompt.
 pub fn item_prompt(item_key: &str, prompt: &str) -> String {
     format!(
         "[Durable batch item \"{item_key}\"] This item may be executed more than once after a worker failure (at-least-once delivery). Treat the item key as its idempotency identity: make side effects idempotent on it, or avoid them.\n\n{prompt}"

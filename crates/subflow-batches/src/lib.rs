@@ -1,9 +1,9 @@
-//! Durable batches (SPEC §12): the worker that leases batch items and runs each attempt
+//! Durable batches (docs/batches.md): the worker that leases batch items and runs each attempt
 //! through the runtime's subagent executor, guards and admission controller.
 //!
 //! It reaches storage only through the `subflow-store` [`BatchStore`](subflow_store::BatchStore)
 //! trait and knows no SQL and no HTTP. Items emit no run events, no SSE and no observer
-//! notifications (SPEC §12.12); each attempt still gets its own trace.
+//! notifications (docs/batches.md#observability); each attempt still gets its own trace.
 
 pub mod item;
 pub mod metrics;

@@ -1,5 +1,5 @@
 //! What a batch worker counts, as a trait the binary implements over its metrics
-//! registry (SPEC §15.1); the worker knows nothing of Prometheus.
+//! registry (docs/operations.md#metrics); the worker knows nothing of Prometheus.
 
 use std::fmt;
 use std::time::Duration;

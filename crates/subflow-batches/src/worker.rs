@@ -1,4 +1,4 @@
-//! The batch worker (SPEC §12.6, §12.7): it claims items every `poll_interval_seconds`
+//! The batch worker (docs/batches.md#leases-and-fencing, docs/batches.md#claim-pass): it claims items every `poll_interval_seconds`
 //! while it has free slots, and as soon as half its slots are free; it runs each claimed
 //! attempt as a local execution that renews its lease, heartbeats into the workers
 //! table, and stops within 5 s.
@@ -28,7 +28,7 @@ use crate::metrics::{AttemptEnd, NoMetrics, WorkerMetrics};
 use attempt::{Attempt, StopCause, Stopper};
 use finisher::Finisher;
 
-/// The longest a worker takes to stop (SPEC §12.7).
+/// The longest a worker takes to stop (docs/batches.md#claim-pass).
 pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(5);
 
 /// Part of [`SHUTDOWN_LIMIT`] left for removing the worker's row.
@@ -45,7 +45,7 @@ pub enum Error {
     Store(#[from] subflow_store::Error),
 }
 
-/// What a worker is built from; [`Options::new`] has the defaults of SPEC §12.10.
+/// What a worker is built from; [`Options::new`] has the defaults of docs/batches.md#configuration.
 #[derive(Debug, Clone)]
 pub struct Options {
     /// Where batches live.
@@ -162,7 +162,7 @@ struct HandleState {
 }
 
 impl Handle {
-    /// Whether [`Worker::run`] is running (`worker_running` of SPEC §12.11).
+    /// Whether [`Worker::run`] is running (`worker_running` of docs/batches.md#capability).
     pub fn is_running(&self) -> bool {
         self.0.running.load(Ordering::SeqCst)
     }

@@ -1,4 +1,4 @@
-//! Permissions and the bearer token format (SPEC §13).
+//! Permissions and the bearer token format (docs/api.md#auth-and-ownership).
 //!
 //! A token is `sf_` followed by 43 base64url characters (256 random bits). It is shown
 //! once and stored only as the lowercase hex SHA-256 of its text, [`token_digest`].
@@ -12,7 +12,7 @@ use crate::status::UnknownValue;
 use crate::task_result::sha256_hex;
 
 string_enum! {
-    /// A permission a token grants (SPEC §13); [`Permission::Admin`] implies every other.
+    /// A permission a token grants (docs/api.md#auth-and-ownership); [`Permission::Admin`] implies every other.
     pub enum Permission {
         /// Read threads, their state and history, and their token usage.
         ThreadsRead = "threads:read",

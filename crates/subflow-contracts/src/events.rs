@@ -1,4 +1,4 @@
-//! The run event catalogue (SPEC §5.2) and the record envelope (SPEC §5.1).
+//! The run event catalogue (docs/events.md#catalogue) and the record envelope (docs/events.md#envelope).
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::{RawValue, to_raw_value};
@@ -108,7 +108,7 @@ impl MiddlewareTag {
 }
 
 /// A record on its way into the store: everything but `seq`, which the store assigns
-/// when it writes the row. `created_at` is taken when the event is emitted (SPEC §5.1),
+/// when it writes the row. `created_at` is taken when the event is emitted (docs/events.md#envelope),
 /// so a record flushed later still says when it happened. Content and metadata are
 /// serialised once, when the event is emitted, so a queued record is compact and a
 /// write only copies text.
@@ -180,7 +180,7 @@ impl NewEvent {
         }
     }
 
-    /// `run.end` (SPEC §5.2, the reference's 2.1 contract): written once per run, after
+    /// `run.end` (docs/events.md#catalogue, the reference's 2.1 contract): written once per run, after
     /// its terminal `status` is durable, with the root `output` (`{}` when the run has
     /// none); `recovered` marks a run that orphan recovery ended.
     pub fn run_end(
@@ -227,7 +227,7 @@ impl NewEvent {
     }
 }
 
-/// A persisted record (SPEC §5.1), as `/events` returns it;
+/// A persisted record (docs/events.md#envelope), as `/events` returns it;
 /// `contracts/run_event_stream_contract.json` describes each event type's content.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -257,7 +257,7 @@ pub struct RunEvent {
     pub event_id: Uuid,
 }
 
-/// `event_type`: a frozen [`EventType`], or a dynamic `middleware:{tag}` (SPEC §5.2).
+/// `event_type`: a frozen [`EventType`], or a dynamic `middleware:{tag}` (docs/events.md#catalogue).
 #[cfg(feature = "openapi")]
 fn event_type_schema() -> utoipa::openapi::schema::Schema {
     use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-/// The longest thread id accepted (SPEC §0.1).
+/// The longest thread id accepted (docs/README.md).
 pub const THREAD_ID_MAX_LEN: usize = 64;
 
 /// A thread id matching `^[A-Za-z0-9_-]{1,64}$`.

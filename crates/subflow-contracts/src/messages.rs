@@ -1,4 +1,4 @@
-//! LangChain-shaped messages (SPEC §2.3), as threads, checkpoints, task events and the
+//! LangChain-shaped messages (docs/api.md#objects), as threads, checkpoints, task events and the
 //! runs API carry them.
 
 use serde::{Deserialize, Serialize};
@@ -158,7 +158,7 @@ pub struct ToolMessage {
     /// The tool's name.
     #[serde(default)]
     pub name: Option<String>,
-    /// Extra data, e.g. the task status contract (SPEC §4.1).
+    /// Extra data, e.g. the task status contract (docs/events.md#tool-result-contract).
     #[serde(default)]
     pub additional_kwargs: Map<String, Value>,
     /// Response data.
@@ -199,7 +199,7 @@ impl Message {
         }
     }
 
-    /// Gives the message a fresh UUID (v7) unless it has an id (SPEC §2.3: a message
+    /// Gives the message a fresh UUID (v7) unless it has an id (docs/api.md#objects: a message
     /// entering the state keeps one id from then on); returns the id.
     pub fn ensure_id(&mut self) -> &str {
         let id = match self {

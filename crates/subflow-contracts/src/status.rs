@@ -1,4 +1,4 @@
-//! Closed status and stop-reason enums (SPEC §2.3, §4.1, §4.7, §10.5, §12.4, §12.5).
+//! Closed status and stop-reason enums (docs/api.md#objects, docs/events.md#tool-result-contract, docs/events.md#other-guards, docs/batches.md#batch-states, docs/batches.md#item-states).
 
 /// A string that is not one of an enum's frozen values.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -31,7 +31,7 @@ string_enum! {
 }
 
 impl SubagentStopReason {
-    /// The display label used in task result text bodies (SPEC §4.3).
+    /// The display label used in task result text bodies (docs/events.md#text-body).
     pub const fn label(self) -> &'static str {
         match self {
             SubagentStopReason::TokenCapped => "token budget",
@@ -42,7 +42,7 @@ impl SubagentStopReason {
 }
 
 string_enum! {
-    /// The status of a persisted `subagent.end` record (SPEC §5.2).
+    /// The status of a persisted `subagent.end` record (docs/events.md#catalogue).
     pub enum TaskEndStatus {
         Completed = "completed",
         Failed = "failed",
@@ -52,7 +52,7 @@ string_enum! {
 }
 
 impl From<SubagentStatus> for TaskEndStatus {
-    /// The safety-net status is persisted as `timed_out` (SPEC §3.7).
+    /// The safety-net status is persisted as `timed_out` (docs/events.md#the-safety-net).
     fn from(status: SubagentStatus) -> Self {
         match status {
             SubagentStatus::Completed => TaskEndStatus::Completed,
@@ -64,7 +64,7 @@ impl From<SubagentStatus> for TaskEndStatus {
 }
 
 string_enum! {
-    /// The lifecycle status of a run (SPEC §2.3).
+    /// The lifecycle status of a run (docs/api.md#objects).
     pub enum RunStatus {
         Pending = "pending",
         Running = "running",
@@ -83,7 +83,7 @@ impl RunStatus {
 }
 
 string_enum! {
-    /// The status of a thread (SPEC §2.3).
+    /// The status of a thread (docs/api.md#objects).
     pub enum ThreadStatus {
         Idle = "idle",
         Busy = "busy",
@@ -93,7 +93,7 @@ string_enum! {
 }
 
 string_enum! {
-    /// A run's `stop_reason` (SPEC §10.5).
+    /// A run's `stop_reason` (docs/events.md#other-guards).
     pub enum RunStopReason {
         LoopCapped = "loop_capped",
         TokenCapped = "token_capped",
@@ -108,7 +108,7 @@ string_enum! {
 }
 
 string_enum! {
-    /// The status of a durable batch (SPEC §12.4).
+    /// The status of a durable batch (docs/batches.md#batch-states).
     pub enum BatchStatus {
         Queued = "queued",
         Running = "running",
@@ -130,7 +130,7 @@ impl BatchStatus {
 }
 
 string_enum! {
-    /// The status of one item of a durable batch (SPEC §12.5).
+    /// The status of one item of a durable batch (docs/batches.md#item-states).
     pub enum BatchItemStatus {
         Pending = "pending",
         Queued = "queued",

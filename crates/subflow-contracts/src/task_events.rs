@@ -1,4 +1,4 @@
-//! Mapping of live task events (SPEC §3.3) to persisted `subagent.*` records (SPEC §5.3).
+//! Mapping of live task events (docs/events.md#task-events) to persisted `subagent.*` records (docs/events.md#subagent-events).
 
 use std::borrow::Cow;
 
@@ -64,7 +64,7 @@ pub enum RejectedChunk {
 pub struct MappedTaskEvent {
     /// `subagent.start`, `subagent.step` or `subagent.end`.
     pub event_type: EventType,
-    /// Record content: the keys of SPEC §5.3, plus the additive `model_name` of a start
+    /// Record content: the keys of docs/events.md#subagent-events, plus the additive `model_name` of a start
     /// and `usage` of a step.
     pub content: Value,
     /// Record metadata: `task_id`, plus `message_index` on steps.
@@ -334,10 +334,10 @@ fn valid_usage(usage: &Value) -> Option<TokenUsage> {
     })
 }
 
-/// The error of a task whose execution vanished without a status (SPEC §3.3).
+/// The error of a task whose execution vanished without a status (docs/events.md#task-events).
 pub const DISAPPEARED_ERROR: &str = "Task disappeared from background tasks";
 
-/// A live task event as the runtime produces it (SPEC §3.3). It serialises to the
+/// A live task event as the runtime produces it (docs/events.md#task-events). It serialises to the
 /// `custom` payload with the fields in the documented order, and [`TaskEvent::record`]
 /// maps it to its `subagent.*` record without going through JSON.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -417,7 +417,7 @@ pub enum TaskEvent {
         /// The effective model.
         model_name: String,
     },
-    /// `task_timed_out` from the supervision safety net: no `error` key (SPEC §3.7).
+    /// `task_timed_out` from the supervision safety net: no `error` key (docs/events.md#the-safety-net).
     #[serde(rename = "task_timed_out")]
     SafetyNetTimedOut {
         /// The tool_call_id.

@@ -1,6 +1,6 @@
-//! The terminal `task` ToolMessage (SPEC §4): the producer that stamps the status
+//! The terminal `task` ToolMessage (docs/events.md#tool-result-contract): the producer that stamps the status
 //! contract into `additional_kwargs` with its display text body, and the reader that
-//! maps such a message to a task card status (SPEC §4.4, §14.1).
+//! maps such a message to a task card status (docs/events.md#reading-the-contract, docs/workspace.md#task-card).
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -17,19 +17,19 @@ pub const TASK_CANCELLED: &str = "Task cancelled by user.";
 
 pub const TASK_TEXT_CAP: usize = 2000;
 
-/// Cap, in characters, on the detail of an unexpected tool failure (SPEC §4.3).
+/// Cap, in characters, on the detail of an unexpected tool failure (docs/events.md#text-body).
 pub const EXCEPTION_DETAIL_CAP: usize = 500;
 
 /// The `name` of the delegation tool and of its ToolMessages.
 pub const TASK_TOOL_NAME: &str = "task";
 
-/// The pre-v2 status that readers still accept (SPEC §4.4).
+/// The pre-v2 status that readers still accept (docs/events.md#reading-the-contract).
 pub const LEGACY_MAX_TURNS_REACHED: &str = "max_turns_reached";
 
 /// The separator between the head and the tail of a bounded text.
 const ELISION: &str = "\n...\n";
 
-/// Strips `text` and bounds it to `cap` characters, keeping its head and tail (SPEC §4.2).
+/// Strips `text` and bounds it to `cap` characters, keeping its head and tail (docs/events.md#bounding).
 pub fn bound_text(text: &str, cap: usize) -> String {
     let text = text.trim();
     let count = text.chars().count();
@@ -134,7 +134,7 @@ impl TaskOutcome {
     }
 }
 
-/// Builds the terminal `task` ToolMessage of SPEC §4.1 and §4.3.
+/// Builds the terminal `task` ToolMessage of docs/events.md#tool-result-contract, docs/events.md#text-body.
 ///
 /// The body's `{r}` is the bounded result brief and its `{d}` the bounded error, the
 /// same strings as `subagent_result_brief` and `subagent_error`, so a body never exceeds
@@ -181,7 +181,7 @@ pub fn task_tool_message(tool_call_id: &str, outcome: &TaskOutcome) -> ToolMessa
         SubagentStatus::TimedOut => {
             with_error("Task timed out.".to_owned(), detail, "Task timed out.")
         }
-        // The §4.3 table gives the default to the body only: `subagent_error` is `d`.
+        // The text body table (docs/events.md#text-body) gives the default to the body only: `subagent_error` is `d`.
         SubagentStatus::PollingTimedOut => match detail {
             Some(d) => (d.clone(), Some(d)),
             None => ("Task polling timed out.".to_owned(), None),
@@ -218,7 +218,7 @@ fn with_error(lead: String, detail: Option<String>, default: &str) -> (String, O
     }
 }
 
-/// Builds the ToolMessage for a `task` tool that failed unexpectedly (SPEC §4.3).
+/// Builds the ToolMessage for a `task` tool that failed unexpectedly (docs/events.md#text-body).
 ///
 /// The detail is stripped and cut to its first 500 characters in both the key and the
 /// body. A blank kind reads `Error`; a blank detail leaves just the kind, so the text
@@ -248,7 +248,7 @@ pub fn task_tool_exception(tool_call_id: &str, error_kind: &str, detail: &str) -
     task_message(tool_call_id, content, kwargs, ToolStatus::Error)
 }
 
-/// The error of a `task` call naming an unknown or disabled subagent type (SPEC §3.1).
+/// The error of a `task` call naming an unknown or disabled subagent type (docs/events.md#the-task-tool).
 pub fn unknown_subagent_type_error(requested: &str, available: &[&str]) -> String {
     format!(
         "Unknown subagent type '{requested}'. Available: {}",
@@ -290,7 +290,7 @@ pub fn sha256_hex(text: &str) -> String {
         })
 }
 
-/// How a task card shows a task (SPEC §14.1).
+/// How a task card shows a task (docs/workspace.md#task-card).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum CardState {
     /// No decisive ToolMessage yet.
@@ -311,7 +311,7 @@ pub enum WireStatus {
 }
 
 impl WireStatus {
-    /// Parses a wire string; unknown values are `None` (SPEC §4.4).
+    /// Parses a wire string; unknown values are `None` (docs/events.md#reading-the-contract).
     pub fn parse(text: &str) -> Option<WireStatus> {
         if text == LEGACY_MAX_TURNS_REACHED {
             return Some(WireStatus::MaxTurnsReached);
@@ -328,7 +328,7 @@ impl WireStatus {
     }
 }
 
-/// What a `task` ToolMessage says about its task, normalised for the card (SPEC §4.4, §14.1).
+/// What a `task` ToolMessage says about its task, normalised for the card (docs/events.md#reading-the-contract, docs/workspace.md#task-card).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskCardStatus {
     /// Completed, failed or still in progress.
@@ -364,7 +364,7 @@ impl TaskCardStatus {
     }
 }
 
-/// Reads a `task` ToolMessage's kwargs and flattened text as the card shows them (SPEC §14.1).
+/// Reads a `task` ToolMessage's kwargs and flattened text as the card shows them (docs/workspace.md#task-card).
 ///
 /// Any `subagent_*` key makes the message structured: its status decides, and a
 /// structured message without a valid status is in progress with nothing else read.
@@ -439,7 +439,7 @@ pub fn read_task_tool_message(message: &ToolMessage) -> TaskCardStatus {
     )
 }
 
-/// Classifies a message without structured keys by its text prefix, in SPEC §14.1 order.
+/// Classifies a message without structured keys by its text prefix, in docs/workspace.md#task-card order.
 fn read_legacy_text(content_text: &str) -> TaskCardStatus {
     let text = js_trim(content_text);
     let non_blank = |rest: &str| Some(js_trim(rest).to_owned()).filter(|rest| !rest.is_empty());

@@ -1,5 +1,5 @@
-//! The task tool-result contract (SPEC §4): producer key sets and text bodies over every
-//! status, stop reason and text shape, the exception path, and the card reader (§14.1).
+//! The task tool-result contract (docs/events.md#tool-result-contract): producer key sets and text bodies over every
+//! status, stop reason and text shape, the exception path, and the card reader (docs/workspace.md#task-card).
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -115,7 +115,7 @@ fn check(message: &ToolMessage, expected: &Expected, case: &str) {
     }
 }
 
-/// The §4.1/§4.3 expectation for one matrix cell, spelled out per status.
+/// The docs/events.md#tool-result-contract expectation for one matrix cell, spelled out per status.
 fn expected_for(
     status: SubagentStatus,
     stop: Option<SubagentStopReason>,

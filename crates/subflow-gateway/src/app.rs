@@ -12,7 +12,7 @@ use crate::server::ConnectionTimeouts;
 use crate::stream::{StreamConfig, Streams};
 use crate::{ActiveRuns, AppState, AuthMode, BatchFeatures, ModelListing, usage};
 
-/// What a gateway is built from, by name; [`AppOptions::new`] has the defaults of SPEC §1.2.
+/// What a gateway is built from, by name; [`AppOptions::new`] has the defaults of docs/configuration.md#sources.
 #[derive(Debug)]
 pub struct AppOptions {
     /// The runtime's parts; its store is the gateway's too.

@@ -1,4 +1,4 @@
-//! Who is calling, what they may do, and which threads are theirs (SPEC §13).
+//! Who is calling, what they may do, and which threads are theirs (docs/api.md#auth-and-ownership).
 //!
 //! One layer, [`authenticate`], puts a [`Caller`] into every `/api` request except
 //! `/api/openapi.json`: in `local` mode the implicit user `default` with every

@@ -5,7 +5,7 @@
 //! computes.
 //!
 //! * `usage` sums the items' `token_usage` (each item keeps its last finished attempt's).
-//! * `cost` prices each item at its own model (SPEC §7.4: lookup by name or provider
+//! * `cost` prices each item at its own model (docs/usage-and-cost.md#cost: lookup by name or provider
 //!   model, no cache discount since item usage has no cache split); null when nothing is
 //!   priced or currencies mix.
 //! * `items_per_minute` counts the items that ended `succeeded` or `failed` in the last
@@ -141,7 +141,7 @@ pub fn progress(
 }
 
 /// The `batches` section of `/token-usage`: `{items, total_tokens, cost}` over the
-/// thread's batch items that reported usage, kept apart from the run totals (SPEC §12.12).
+/// thread's batch items that reported usage, kept apart from the run totals (docs/batches.md#observability).
 pub fn thread_section(activities: &[BatchActivity], models: &[ModelFacts]) -> BatchSpend {
     let all: Vec<&BatchActivity> = activities.iter().collect();
     let (usage, items, cost) = spend(&all, models);

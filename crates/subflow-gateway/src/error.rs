@@ -8,7 +8,7 @@ use serde_json::json;
 /// A failed request.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    /// 401: no caller could be authenticated (SPEC §13).
+    /// 401: no caller could be authenticated (docs/api.md#auth-and-ownership).
     #[error("Authentication required")]
     Unauthorized,
     /// 403.

@@ -1,8 +1,8 @@
-//! The HTTP gateway: the LangGraph-compatible runs API with SSE framing (SPEC §2), the
-//! `/events` endpoint (SPEC §6), `/api/models` (SPEC §7.5), the durable-batch routes and
-//! `/api/features` (SPEC §12.2, §12.11), `/health`, `/metrics`
-//! (SPEC §15.1), and one `X-Trace-Id` on every response (SPEC §8.1). Every `/api` route has a caller, a
-//! permission and, for thread routes, an ownership check (`auth`, SPEC §13).
+//! The HTTP gateway: the LangGraph-compatible runs API with SSE framing (docs/api.md#runs), the
+//! `/events` endpoint (docs/api.md#run-events), `/api/models` (docs/api.md#token-usage-and-models), the durable-batch routes and
+//! `/api/features` (docs/batches.md#routes, docs/batches.md#capability), `/health`, `/metrics`
+//! (docs/operations.md#metrics), and one `X-Trace-Id` on every response (docs/operations.md#trace-ids). Every `/api` route has a caller, a
+//! permission and, for thread routes, an ownership check (`auth`, docs/api.md#auth-and-ownership).
 //!
 //! This is the only crate that knows HTTP status codes, headers and SSE framing. It
 //! reaches runs through `subflow-runtime` and storage through the `subflow-store`
@@ -77,7 +77,7 @@ pub struct AppState {
     pub web_enabled: bool,
     /// Run streams: hubs, the durable log, leases (`streams.*`, `runs.lease_seconds`).
     pub streams: stream::Streams,
-    /// Durable batches: configured or not, and whether a worker runs (SPEC §12.11).
+    /// Durable batches: configured or not, and whether a worker runs (docs/batches.md#capability).
     pub batches: BatchFeatures,
     /// `server.*_timeout_seconds`: how long a connection may wait for its client.
     pub connections: server::ConnectionTimeouts,
@@ -133,7 +133,7 @@ impl ActiveRuns {
     }
 }
 
-/// The implicit user of `auth.mode = local` (SPEC §13), and the owner of what it creates.
+/// The implicit user of `auth.mode = local` (docs/api.md#auth-and-ownership), and the owner of what it creates.
 pub const LOCAL_USER: &str = "default";
 
 /// Every route, each registered with its OpenAPI operation, which `openapi::document`

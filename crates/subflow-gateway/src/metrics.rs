@@ -1,4 +1,4 @@
-//! `GET /metrics` (SPEC §15.1) and the request counter behind
+//! `GET /metrics` (docs/operations.md#metrics) and the request counter behind
 //! `subflow_http_requests_total`.
 //!
 //! The endpoint is not under `/api`, so the `auth` layer gives it no caller: in `token`
@@ -46,7 +46,7 @@ pub async fn get(State(state): State<AppState>, headers: HeaderMap) -> Result<Re
 }
 
 /// Reads the global batch gauges from the database when the last read is older than
-/// 5 s (SPEC §15.1). A failed read keeps the previous values and is logged.
+/// 5 s (docs/operations.md#metrics). A failed read keeps the previous values and is logged.
 async fn refresh_batch_gauges(state: &AppState) {
     use subflow_telemetry::metrics::BATCH_GAUGE_MAX_AGE;
     if state.metrics.batch_gauges_fresh(BATCH_GAUGE_MAX_AGE) {

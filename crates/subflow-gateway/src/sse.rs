@@ -1,4 +1,4 @@
-//! SSE framing (SPEC §2.4): `event`, `data`, `id`, in that order.
+//! SSE framing (docs/api.md#sse-frames): `event`, `data`, `id`, in that order.
 
 use axum::body::Bytes;
 use serde_json::Value;

@@ -1,4 +1,4 @@
-//! Run streams (SPEC §2.4–§2.6): every run's frames are numbered once, in a
+//! Run streams (docs/api.md): every run's frames are numbered once, in a
 //! process-local [`hub`], sent to this process's watchers at once, and written behind
 //! to the store's durable log; watchers anywhere follow a run from a cursor
 //! ([`follow`]); the executing process holds the run's lease; [`upkeep`] prunes old
@@ -63,7 +63,7 @@ pub struct StreamConfig {
 }
 
 impl Default for StreamConfig {
-    /// SPEC §1.2: a one-hour retention and a 30 s lease.
+    /// docs/configuration.md#sources: a one-hour retention and a 30 s lease.
     fn default() -> Self {
         StreamConfig {
             retention: Duration::from_secs(3600),
@@ -196,9 +196,9 @@ pub(crate) struct RunLaunch {
     pub modes: Vec<StreamMode>,
 }
 
-/// Starts `run` on the runtime with its stream (SPEC §2.4, §2.5): the execution, which
+/// Starts `run` on the runtime with its stream (docs/api.md#sse-frames, docs/api.md#resume-and-rejoin): the execution, which
 /// prices its usage into the metrics whatever its status (as `/token-usage` prices it,
-/// SPEC §7.4), and [`launch`]. Returns the outcome, resolving once the run's log is
+/// docs/usage-and-cost.md#cost), and [`launch`]. Returns the outcome, resolving once the run's log is
 /// stored, and the token that cancels the run.
 pub(crate) async fn start_run(
     state: &AppState,
@@ -249,7 +249,7 @@ pub(crate) async fn start_run(
         }
         result
     };
-    // The run's frames are numbered and logged whoever watches (SPEC §2.5).
+    // The run's frames are numbered and logged whoever watches (docs/api.md#resume-and-rejoin).
     let outcome = launch(
         state,
         &run.run_id,
@@ -449,7 +449,7 @@ impl Pump {
         let (run_id, thread_id) = (&self.hub.run_id, &self.hub.thread_id);
         match self.store.update_run_status(run_id, &update).await {
             Ok(true) => {
-                // The run never wrote its `run.end`: this write ended it (SPEC §5.2).
+                // The run never wrote its `run.end`: this write ended it (docs/events.md#catalogue).
                 let owner = match self.store.get_run(thread_id, run_id).await {
                     Ok(run) => run.map(|r| r.owner),
                     Err(_) => None,

@@ -1,4 +1,4 @@
-//! `X-Trace-Id` (SPEC §8.1): exactly one on every response, taken from the request's
+//! `X-Trace-Id` (docs/operations.md#trace-ids): exactly one on every response, taken from the request's
 //! header when valid, else from a valid `traceparent`, else fresh.
 
 use axum::extract::Request;
@@ -17,7 +17,7 @@ pub struct RequestTrace {
     /// The id.
     pub id: String,
     /// A valid `traceparent`'s trace id and parent span, which a run's exported lead
-    /// trace adopts (SPEC §9.2), whatever gave the id above.
+    /// trace adopts (docs/operations.md#langfuse-and-otlp), whatever gave the id above.
     pub parent: Option<TraceParent>,
 }
 
@@ -81,7 +81,7 @@ pub async fn trace_id(mut request: Request, next: Next) -> Response {
         parent,
     };
     request.extensions_mut().insert(trace.clone());
-    // Log lines written while handling the request carry its trace id (SPEC §8.4).
+    // Log lines written while handling the request carry its trace id (docs/operations.md#logging).
     let span = tracing::info_span!("request", trace_id = %trace.id);
     let mut response = next.run(request).instrument(span).await;
     if let Ok(value) = HeaderValue::from_str(&trace.id) {

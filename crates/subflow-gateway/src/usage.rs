@@ -1,4 +1,4 @@
-//! `/token-usage` arithmetic (SPEC §7.3, §7.4): counted runs, model and caller sums,
+//! `/token-usage` arithmetic (docs/usage-and-cost.md#thread-token-usage, docs/usage-and-cost.md#cost): counted runs, model and caller sums,
 //! context usage and cache-aware cost. Pure functions over run records.
 
 use std::collections::BTreeMap;
@@ -82,7 +82,7 @@ pub fn round6(value: f64) -> f64 {
 /// One priced amount of a run: (model, upper-case currency, unrounded cost).
 pub type RunCost = (String, String, f64);
 
-/// The unrounded cost of one run by model (SPEC §7.4): its priced buckets, skipping empty
+/// The unrounded cost of one run by model (docs/usage-and-cost.md#cost): its priced buckets, skipping empty
 /// ones; a run with no priced bucket is priced on its totals at `model_name`, with no
 /// cache discount. Shared by `/token-usage` and `subflow_cost_total`.
 pub fn run_costs(
@@ -124,7 +124,7 @@ pub fn run_costs(
     costs
 }
 
-/// The price of one task's cumulative usage at its model (SPEC §6.1, §7.4), as
+/// The price of one task's cumulative usage at its model (docs/api.md#task-summaries, docs/usage-and-cost.md#cost), as
 /// `{currency, total}`, or `None` when the model has no price. Task usage has no cache
 /// split, so every input token is priced as uncached.
 pub fn task_cost(usage: &TaskUsage, model: &str, models: &[ModelFacts]) -> Option<TaskCost> {
@@ -150,7 +150,7 @@ pub fn cost(runs: &[&RunRecord], models: &[ModelFacts]) -> Option<Cost> {
     )
 }
 
-/// The `cost` object of priced amounts (SPEC §7.4 aggregation): `by_model` and `total`
+/// The `cost` object of priced amounts (docs/usage-and-cost.md#cost aggregation): `by_model` and `total`
 /// rounded to 6 decimals, or `None` when nothing is priced or currencies mix. Shared by
 /// runs and batch items.
 pub fn cost_of(costs: impl IntoIterator<Item = RunCost>) -> Option<Cost> {

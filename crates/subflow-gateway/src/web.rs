@@ -1,4 +1,4 @@
-//! The embedded web workspace (SPEC §1.4): the files of `web/assets`, compiled into the
+//! The embedded web workspace (docs/configuration.md#subagents-and-tools): the files of `web/assets`, compiled into the
 //! binary (debug builds too), served at `/` and for every path outside `/api`, `/metrics`
 //! and `/health`. A path that names no file gets `index.html`, so the workspace's own
 //! paths (`/threads/<id>`) survive a reload.

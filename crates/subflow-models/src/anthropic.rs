@@ -431,7 +431,7 @@ impl EventDecoder {
 
     fn finish(&mut self, out: &mut VecDeque<ChatEvent>) {
         if self.saw_usage {
-            // SPEC §1.3: input counts cached input, whether read from or written to the cache.
+            // docs/configuration.md#models: input counts cached input, whether read from or written to the cache.
             let input_tokens = self.input_tokens + self.cache_read + self.cache_creation;
             out.push_back(ChatEvent::Usage(Usage {
                 input_tokens,

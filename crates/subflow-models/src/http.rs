@@ -19,7 +19,7 @@ const DETAIL_CHARS: usize = 500;
 /// The default of the providers' `timeout`: a stream that stays silent this long is dead.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// The default of the providers' `max_retries` (SPEC §1.3).
+/// The default of the providers' `max_retries` (docs/configuration.md#models).
 pub const DEFAULT_MAX_RETRIES: u32 = 2;
 
 /// Waits between attempts of one model call.

@@ -31,7 +31,7 @@ pub struct ChatRequest {
     pub run_id: String,
 }
 
-/// Usage normalised across providers: input includes cached input (SPEC §1.3).
+/// Usage normalised across providers: input includes cached input (docs/configuration.md#models).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Usage {
     /// Input tokens, cached ones included.

@@ -1,4 +1,4 @@
-//! The process-wide FIFO admission controller (SPEC §3.1, `subagent_runtime.*`), shared
+//! The process-wide FIFO admission controller (docs/events.md#the-task-tool, `subagent_runtime.*`), shared
 //! by subagent tasks and batch items.
 
 use std::sync::Arc;

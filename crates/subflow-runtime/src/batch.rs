@@ -1,6 +1,6 @@
-//! The lead's durable-batch tools (SPEC §12.8) and the snapshot a batch's items run from.
+//! The lead's durable-batch tools (docs/batches.md#tools) and the snapshot a batch's items run from.
 //!
-//! `batch_task` validates its arguments in the order of SPEC §12.8, resolves 0 limits to
+//! `batch_task` validates its arguments in the order of docs/batches.md#tools, resolves 0 limits to
 //! the configured defaults, and submits the batch with `submission_key = "{run_id or
 //! thread_id}:{tool_call_id}"`, so a repeated call returns the stored batch and inserts
 //! nothing. `batch_status` and `cancel_batch` see only the run owner's batches. None of
@@ -29,7 +29,7 @@ pub const BATCH_STATUS: &str = "batch_status";
 /// The tool that cancels a batch.
 pub const CANCEL_BATCH: &str = "cancel_batch";
 
-/// `batch_task`'s answer when the lead has no batch tools (SPEC §12.8, first check).
+/// `batch_task`'s answer when the lead has no batch tools (docs/batches.md#tools, first check).
 pub const UNAVAILABLE: &str = "Durable subagent batches are unavailable. Enable subagent_batches with a SQL database and restart Gateway.";
 /// `batch_status` and `cancel_batch` when the lead has no batch tools.
 pub const UNAVAILABLE_SHORT: &str = "Durable subagent batches are unavailable.";
@@ -42,7 +42,7 @@ pub const NO_THREAD: &str = "Durable batches require a thread_id.";
 /// `batch_status` and `cancel_batch` for a missing or foreign batch.
 pub const NOT_FOUND: &str = "Batch not found.";
 
-/// The `subagent_batches.*` settings the tools apply (SPEC §12.10).
+/// The `subagent_batches.*` settings the tools apply (docs/batches.md#configuration).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BatchToolConfig {
     /// `subagent_batches.enabled`: the lead gets the tools (with `subagents.enabled`).
@@ -389,7 +389,7 @@ fn limit(name: &str, given: Option<i64>, default: u32, ceiling: u32) -> Result<u
     }
 }
 
-/// The `batch_task` ToolMessage (SPEC §12.8 keys).
+/// The `batch_task` ToolMessage (docs/batches.md#tools keys).
 fn submit_answer(call: &ToolCall, outcome: Result<BatchRecord, String>) -> ToolMessage {
     let mut kwargs = Map::new();
     let (content, status) = match outcome {

@@ -1,4 +1,4 @@
-//! The run journal (SPEC §5.5, §7.2): the run's own events, written through the journal
+//! The run journal (docs/events.md#buffering-and-durability, docs/usage-and-cost.md#run-buckets): the run's own events, written through the journal
 //! buffer, and its token ledger. Subagents reach it only through [`JournalProxy`].
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -83,7 +83,7 @@ impl Journal {
         text[..end].to_owned()
     }
 
-    /// `run.start`, for the run to write before anything else (SPEC §5.2).
+    /// `run.start`, for the run to write before anything else (docs/events.md#catalogue).
     pub fn run_start(&self) -> NewEvent {
         let scope = self.buffer.scope();
         NewEvent::new(
@@ -204,7 +204,7 @@ impl Journal {
 }
 
 /// The narrow handle a subagent gets onto its parent's journal: it records only
-/// `middleware:loop_detection` events (SPEC §10.4).
+/// `middleware:loop_detection` events (docs/events.md#the-loop-detection-event).
 #[derive(Debug, Clone, Copy)]
 pub struct JournalProxy<'a> {
     journal: &'a Journal,

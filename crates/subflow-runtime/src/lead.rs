@@ -1,5 +1,5 @@
 //! The lead agent loop: model call, `task` limits, tool execution with parallel
-//! delegation, lead-side usage attribution (SPEC §4.5), checkpoints after every step.
+//! delegation, lead-side usage attribution (docs/events.md#attribution), checkpoints after every step.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
@@ -197,7 +197,7 @@ impl Lead<'_> {
     }
 
     /// Task calls past `max_concurrent` in this response, or past `max_total_per_run`
-    /// in the run, are stripped with a visible note (SPEC §3.1).
+    /// in the run, are stripped with a visible note (docs/events.md#the-task-tool).
     fn apply_task_limits(&mut self, ai: &mut AiMessage) {
         let config = self.runtime.config();
         let mut kept_here = 0;
@@ -265,7 +265,7 @@ impl Lead<'_> {
         join_all(futures).await
     }
 
-    /// SPEC §4.5: adds each preceding task ToolMessage's valid, unattributed
+    /// docs/events.md#attribution: adds each preceding task ToolMessage's valid, unattributed
     /// `subagent_token_usage` to the AI message that dispatched it, then marks it.
     fn attribute_subagent_usage(&mut self) {
         let mut found = Vec::new();

@@ -1,4 +1,4 @@
-//! What the runtime counts for `GET /metrics` (SPEC §15.1), as a trait: the runtime calls
+//! What the runtime counts for `GET /metrics` (docs/operations.md#metrics), as a trait: the runtime calls
 //! it where things happen and knows nothing of Prometheus; the registry behind it lives
 //! in `subflow-telemetry`.
 //!

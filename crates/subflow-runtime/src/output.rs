@@ -1,5 +1,5 @@
-//! What a run emits while it executes, for the gateway to frame as SSE (SPEC §2.4) and
-//! for `subflow tail`; and the per-task emitter of the live task events (SPEC §3.3).
+//! What a run emits while it executes, for the gateway to frame as SSE (docs/api.md#sse-frames) and
+//! for `subflow tail`; and the per-task emitter of the live task events (docs/events.md#task-events).
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -32,7 +32,7 @@ pub enum RunOutput {
         /// failed. The stream log stores a reference to it instead of a copy.
         checkpoint: Option<String>,
     },
-    /// An `updates` frame: `{<node>: <state delta>}` after a lead step (SPEC §2.4).
+    /// An `updates` frame: `{<node>: <state delta>}` after a lead step (docs/api.md#sse-frames).
     Update(Value),
     /// A `custom` payload: a task event.
     Custom {
@@ -199,7 +199,7 @@ impl TaskEmitter {
     }
 
     /// Sends `event` live and persists its record with `extra` content fields: what the
-    /// record keeps beyond the live event (SPEC §6.1 task summaries read them).
+    /// record keeps beyond the live event (docs/api.md#task-summaries task summaries read them).
     fn emit(&self, event: TaskEvent, created: Instant, extra: Option<(&str, Value)>) {
         // Recorded before it is sent: a consumer that flushes the run's buffers before it
         // shows a frame (the gateway) never shows an event that is not stored.
@@ -304,7 +304,7 @@ impl TaskEmitter {
     }
 }
 
-/// Which terminal event a task ends with (SPEC §3.3).
+/// Which terminal event a task ends with (docs/events.md#task-events).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TerminalEvent {
     /// `task_completed` with the untruncated result.

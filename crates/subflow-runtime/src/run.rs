@@ -1,6 +1,6 @@
 //! Running one lead-agent run end to end: status transitions, the journal, the lead
 //! loop under the run timeout, usage snapshots, and the final flushes that precede the
-//! terminal status (SPEC §2.3, §5.4, §7.2).
+//! terminal status (docs/api.md#objects, docs/events.md#buffering-and-durability, docs/usage-and-cost.md#run-buckets).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -40,7 +40,7 @@ pub struct RunSpec {
     pub model_name: Option<String>,
     /// The new input messages.
     pub input: Vec<Message>,
-    /// The run's trace id (SPEC §8.1).
+    /// The run's trace id (docs/operations.md#trace-ids).
     pub trace_id: String,
     /// The caller's `config.metadata.trace_id`, used as the delegation id when it is 8 hex.
     pub delegation_trace: Option<String>,
@@ -50,7 +50,7 @@ pub struct RunSpec {
     pub tasks: TaskControls,
     /// `runs.timeout_seconds`.
     pub timeout: Duration,
-    /// A `traceparent` to adopt and caller overrides for the exported trace (SPEC §9.2).
+    /// A `traceparent` to adopt and caller overrides for the exported trace (docs/operations.md#langfuse-and-otlp).
     pub trace: TraceRequest,
 }
 
@@ -83,7 +83,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> &str {
         .unwrap_or("a panic without a message")
 }
 
-/// The 8-hex delegation id of log lines (SPEC §8.3): `candidate` when it has that form,
+/// The 8-hex delegation id of log lines (docs/operations.md#trace-ids): `candidate` when it has that form,
 /// else a fresh one.
 pub(crate) fn short_trace(candidate: Option<&str>) -> String {
     candidate
@@ -100,7 +100,7 @@ pub(crate) fn short_trace(candidate: Option<&str>) -> String {
 }
 
 impl Runtime {
-    /// The lead trace of a run (SPEC §9.2), when spans are exported: caller overrides
+    /// The lead trace of a run (docs/operations.md#langfuse-and-otlp), when spans are exported: caller overrides
     /// win over the session, user, name and tags.
     fn lead_trace(&self, spec: &RunSpec, user_id: &str, model_name: &str) -> Option<AgentTrace> {
         let sink = self.spans.clone()?;
@@ -251,7 +251,7 @@ impl Runtime {
         };
         let mut first_human = true;
         for mut message in spec.input {
-            // Input messages keep a client's id and get one otherwise (SPEC §2.3).
+            // Input messages keep a client's id and get one otherwise (docs/api.md#objects).
             message.ensure_id();
             if let Message::Human(human) = &message
                 && first_human
@@ -311,7 +311,7 @@ impl Runtime {
         }
         snapshots.abort();
         let usage = run.journal.usage(lead.messages.len() as i64);
-        // Persisted history first, then the terminal status (SPEC §5.4). What the store
+        // Persisted history first, then the terminal status (docs/events.md#buffering-and-durability). What the store
         // refuses now is retried until it takes it: a run ends in the store, never stays
         // active for good, and keeps its messages.
         if !run.subagent_buffer.close().await {
@@ -353,7 +353,7 @@ impl Runtime {
         .unwrap_or(false);
         if ended {
             // Only the write that ended the run mirrors its status, so `run.end` is
-            // written at most once, and only once the status is durable (SPEC §5.2).
+            // written at most once, and only once the status is durable (docs/events.md#catalogue).
             let output = match status {
                 RunStatus::Success => json!({"messages": lead.messages.len()}),
                 _ => json!({}),
@@ -391,7 +391,7 @@ impl Runtime {
         }
     }
 
-    /// Writes one event now; a failed write goes to the retry queue (SPEC §5.4).
+    /// Writes one event now; a failed write goes to the retry queue (docs/events.md#buffering-and-durability).
     pub(crate) async fn write_through(&self, event: NewEvent) {
         if let Err(error) = self.store.append(std::slice::from_ref(&event)).await {
             tracing::warn!(%error, event_type = %event.event_type, "event write failed; queued for retry");

@@ -39,7 +39,7 @@ pub struct RuntimeConfig {
     pub max_total_per_run: usize,
     /// Subagent definitions, the built-in `general-purpose` included.
     pub definitions: Vec<SubagentDefinition>,
-    /// `token_usage.enabled`: lead attribution of subagent usage (SPEC §4.5).
+    /// `token_usage.enabled`: lead attribution of subagent usage (docs/events.md#attribution).
     pub token_usage_enabled: bool,
     /// `run_events.track_token_usage`.
     pub track_token_usage: bool,
@@ -49,8 +49,8 @@ pub struct RuntimeConfig {
     pub flush_interval: Duration,
     /// Where thread workspaces live.
     pub workspace_root: PathBuf,
-    /// The supervisor's grace after an executor timeout (SPEC §3.7) and the shielded
-    /// wait on parent cancellation (SPEC §3.8).
+    /// The supervisor's grace after an executor timeout (docs/events.md#the-safety-net) and the shielded
+    /// wait on parent cancellation (docs/events.md#parent-cancellation).
     pub supervision_grace: Duration,
     /// How often usage snapshots of a running run are saved (at most every 5 s).
     pub usage_snapshot_interval: Duration,
@@ -63,7 +63,7 @@ pub struct RuntimeConfig {
 }
 
 impl RuntimeConfig {
-    /// Defaults of SPEC §1.2 with workspaces under `workspace_root`.
+    /// Defaults of docs/configuration.md#sources with workspaces under `workspace_root`.
     pub fn with_defaults(workspace_root: PathBuf) -> Self {
         RuntimeConfig {
             lead_max_turns: 100,
@@ -133,16 +133,16 @@ pub struct RuntimeOptions {
     pub models: Models,
     /// Where the retry queue's spill file lives (the data directory).
     pub spill_dir: PathBuf,
-    /// The runtime configuration; by default SPEC §1.2 with workspaces in
+    /// The runtime configuration; by default docs/configuration.md#sources with workspaces in
     /// `<spill_dir>/workspaces`.
     pub config: RuntimeConfig,
     /// `subagent_runtime.*`.
     pub admission: AdmissionConfig,
     /// How the retry queue retries and when it spills.
     pub retry: RetryPolicy,
-    /// Task observers (SPEC §11); none by default.
+    /// Task observers (docs/events.md#observers); none by default.
     pub observers: ObserverSet,
-    /// Where spans go (SPEC §9) and the `env:` tag; no export by default.
+    /// Where spans go (docs/operations.md#langfuse-and-otlp) and the `env:` tag; no export by default.
     pub spans: Option<(Arc<dyn SpanSink>, Option<String>)>,
 }
 
@@ -211,12 +211,12 @@ pub struct Runtime {
     pub(crate) metrics: Arc<dyn RuntimeMetrics>,
     /// The lead's loop detector, shared by every lead run of this process: its state is
     /// kept per thread across runs, the least recently used thread evicted past
-    /// `loop_detection.max_tracked_threads` (SPEC §10.1, §10.2). `None` when disabled.
+    /// `loop_detection.max_tracked_threads` (docs/events.md#loop-detection). `None` when disabled.
     pub(crate) lead_loops: Option<Arc<Mutex<LoopDetector>>>,
 }
 
 impl Runtime {
-    /// Records a trace per run and per subagent execution into `sink` (SPEC §9);
+    /// Records a trace per run and per subagent execution into `sink` (docs/operations.md#langfuse-and-otlp);
     /// `environment` is the `env:` tag (`tracing.environment`).
     pub fn with_spans(mut self, sink: Arc<dyn SpanSink>, environment: Option<String>) -> Self {
         self.spans = Some(sink);
@@ -224,7 +224,7 @@ impl Runtime {
         self
     }
 
-    /// Counts runs, tasks, tokens and loop detections into `metrics` (SPEC §15.1).
+    /// Counts runs, tasks, tokens and loop detections into `metrics` (docs/operations.md#metrics).
     pub fn with_metrics(mut self, metrics: Arc<dyn RuntimeMetrics>) -> Self {
         self.metrics = metrics;
         self
@@ -245,7 +245,7 @@ impl Runtime {
         self.observers.counters()
     }
 
-    /// The task observers every later run notifies (SPEC §11).
+    /// The task observers every later run notifies (docs/events.md#observers).
     pub fn with_observers(mut self, observers: ObserverSet) -> Self {
         self.observers = observers;
         self
@@ -290,9 +290,9 @@ pub struct RunContext {
     pub thread_id: String,
     /// Run id.
     pub run_id: String,
-    /// The run's trace id (SPEC §8.2).
+    /// The run's trace id (docs/operations.md#trace-ids).
     pub trace_id: String,
-    /// The 8-hex delegation id prefixed to task log lines (SPEC §8.3).
+    /// The 8-hex delegation id prefixed to task log lines (docs/operations.md#trace-ids).
     pub short_trace: String,
     /// The run's journal.
     pub journal: Journal,

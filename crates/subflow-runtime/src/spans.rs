@@ -1,4 +1,4 @@
-//! Traces of agent executions (SPEC §9.2), shaped like OpenTelemetry spans with the
+//! Traces of agent executions (docs/operations.md#langfuse-and-otlp), shaped like OpenTelemetry spans with the
 //! GenAI semantic-convention and Langfuse attributes.
 //!
 //! The runtime builds finished [`SpanData`] and hands each to a [`SpanSink`], which
@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 use subflow_contracts::messages::{AiMessage, ToolCall, ToolMessage, ToolStatus};
 use subflow_models::ModelInfo;
 
-/// `langfuse.user.id` of a run without an owner, as in local mode (SPEC §9.2).
+/// `langfuse.user.id` of a run without an owner, as in local mode (docs/operations.md#langfuse-and-otlp).
 pub const DEFAULT_USER: &str = "default";
 
 /// A 16-byte trace id.
@@ -123,7 +123,7 @@ impl SpanSink for FanOut {
     }
 }
 
-/// The trace id and parent span of a valid W3C `traceparent` (SPEC §9.2 "`traceparent`").
+/// The trace id and parent span of a valid W3C `traceparent` (docs/operations.md#langfuse-and-otlp "`traceparent`").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TraceParent {
     /// Adopted as the lead trace's id.
@@ -153,7 +153,7 @@ impl TraceParent {
     }
 }
 
-/// Caller-supplied trace attributes from `config.metadata` (SPEC §9.2 "Caller
+/// Caller-supplied trace attributes from `config.metadata` (docs/operations.md#langfuse-and-otlp "Caller
 /// overrides"); they win on the lead trace.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TraceOverrides {
@@ -282,7 +282,7 @@ impl TraceIdentity {
     }
 }
 
-/// The `env:` and `model:` tags of SPEC §9.2, each only when set.
+/// The `env:` and `model:` tags of docs/operations.md#langfuse-and-otlp, each only when set.
 pub(crate) fn trace_tags(environment: Option<&str>, model: Option<&str>) -> Vec<String> {
     let mut tags = Vec::new();
     if let Some(env) = environment.filter(|e| !e.is_empty()) {

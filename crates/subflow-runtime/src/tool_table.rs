@@ -3,9 +3,8 @@
 //! dispatched and which calls count as delegations cannot disagree.
 //!
 //! The lead gets every workspace tool plus `task` when `subagents.enabled`; the batch
-//! tools join it only when subagents and `subagent_batches.enabled` are both on (SPEC
-//! §12.8). A subagent gets the workspace tools its definition allows and never `task`
-//! or a batch tool (SPEC §1.4).
+//! tools join it only when subagents and `subagent_batches.enabled` are both on (docs/batches.md#tools). A subagent gets the workspace tools its definition allows and never `task`
+//! or a batch tool (docs/configuration.md#subagents-and-tools).
 
 use serde_json::json;
 use subflow_contracts::task_result::TASK_TOOL_NAME;
@@ -21,9 +20,9 @@ use crate::tools::{BUILTIN_TOOLS, builtin_specs};
 pub(crate) enum ToolKind {
     /// A built-in workspace tool ([`crate::tools::Workspace::run`]).
     Workspace,
-    /// The `task` tool: a subagent execution; its calls are delegations (SPEC §3.1).
+    /// The `task` tool: a subagent execution; its calls are delegations (docs/events.md#the-task-tool).
     Task,
-    /// A durable-batch tool (SPEC §12.8); never a delegation.
+    /// A durable-batch tool (docs/batches.md#tools); never a delegation.
     Batch(BatchTool),
 }
 

@@ -1,4 +1,4 @@
-//! The built-in workspace tools (SPEC §1.4): `ls`, `read_file`, `write_file` and
+//! The built-in workspace tools (docs/configuration.md#subagents-and-tools): `ls`, `read_file`, `write_file` and
 //! `str_replace`, acting inside one thread's workspace directory. A path that escapes
 //! the workspace, or a missing file, is a [`ToolError`] returned to the model as an
 //! error ToolMessage, never a crash.

@@ -1,5 +1,5 @@
-//! Token usage records, the per-subagent collector (SPEC §7.1) and the journal's
-//! caller and per-model buckets (SPEC §7.2).
+//! Token usage records, the per-subagent collector (docs/usage-and-cost.md#token-records) and the journal's
+//! caller and per-model buckets (docs/usage-and-cost.md#run-buckets).
 
 use std::collections::HashSet;
 use std::sync::Mutex;

@@ -1,4 +1,4 @@
--- Threads, runs and run events (SPEC §1.2, §2.3, §5.1, §7.2).
+-- Threads, runs and run events (docs/configuration.md#sources, docs/api.md#objects, docs/events.md#envelope, docs/usage-and-cost.md#run-buckets).
 --
 -- JSON is stored as TEXT written by serde_json, not JSONB: JSONB reorders object
 -- keys, and both backends must return byte-identical `/events` results.

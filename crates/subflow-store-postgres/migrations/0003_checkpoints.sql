@@ -1,4 +1,4 @@
--- Thread state checkpoints (SPEC §2.3 ThreadState). `state_values` and `metadata` are
+-- Thread state checkpoints (docs/api.md#objects ThreadState). `state_values` and `metadata` are
 -- serde_json TEXT, not JSONB, for the same reason as run_events.content: key order
 -- and therefore results must be identical across backends. `id` orders a thread's
 -- checkpoints: the newest has the highest id.

@@ -1,4 +1,4 @@
--- Users and API tokens (SPEC §13). A token is stored only as the lowercase hex
+-- Users and API tokens (docs/api.md#auth-and-ownership). A token is stored only as the lowercase hex
 -- SHA-256 of its text (`digest`); the token itself is shown once and never stored.
 -- `permissions` is the comma-separated list `Permissions` prints. Timestamps are
 -- RFC 3339 TEXT as in every other table. Listings are in creation order:

@@ -1,5 +1,5 @@
 -- Each record keeps the time it happened, taken by its producer when it was emitted
--- (SPEC §5.1), instead of one write time for the whole batch: the append function takes
+-- (docs/events.md#envelope), instead of one write time for the whole batch: the append function takes
 -- one created_at per record. Otherwise as in 0002.
 DROP FUNCTION subflow_append_events(TEXT, TEXT, UUID[], TEXT[], TEXT[], TEXT[], TEXT[],
                                     TEXT[], TEXT[], TEXT[]);

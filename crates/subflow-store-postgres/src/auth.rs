@@ -1,4 +1,4 @@
-//! Users and tokens (SPEC §13) with the semantics of `MemoryStore`.
+//! Users and tokens (docs/api.md#auth-and-ownership) with the semantics of `MemoryStore`.
 
 use async_trait::async_trait;
 use sqlx::postgres::PgRow;

@@ -1,4 +1,4 @@
-//! Durable batches (SPEC §12) on PostgreSQL, with the semantics of `MemoryStore`, for
+//! Durable batches (docs/batches.md) on PostgreSQL, with the semantics of `MemoryStore`, for
 //! any number of `serve` and `worker` processes. Every call is one transaction that
 //! locks the batch row (`FOR UPDATE`; `FOR UPDATE SKIP LOCKED` in a claim pass) before
 //! any item row, applies `subflow_store::batches::machine` to the loaded rows and writes

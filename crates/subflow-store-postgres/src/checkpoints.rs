@@ -1,4 +1,4 @@
-//! Thread state checkpoints (SPEC §2.3) with the semantics of `MemoryStore`, each
+//! Thread state checkpoints (docs/api.md#objects) with the semantics of `MemoryStore`, each
 //! stored as a delta of the thread's previous one (`subflow_store::delta`).
 
 use std::collections::HashMap;

@@ -1,4 +1,4 @@
-//! Run events (SPEC §5.1, §6): advisory-locked `seq` allocation and paged reads.
+//! Run events (docs/events.md#envelope, docs/api.md#run-events): advisory-locked `seq` allocation and paged reads.
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnection, PgRow};

@@ -1,9 +1,9 @@
 //! The PostgreSQL backend of the subflow store: threads, runs, run events and thread
 //! state checkpoints in one database shared by many `serve` and `worker` processes
-//! (SPEC §1.2). A thread's `seq` values are allocated under a transaction advisory
+//! (docs/configuration.md#sources). A thread's `seq` values are allocated under a transaction advisory
 //! lock on the thread id, so any number of processes may append to the same thread
-//! concurrently (SPEC §5.1). Run stream logs, run leases and cancel requests live here
-//! too, announced to every process with `NOTIFY` (SPEC §2.5, §2.6).
+//! concurrently (docs/events.md#envelope). Run stream logs, run leases and cancel requests live here
+//! too, announced to every process with `NOTIFY` (docs/api.md#resume-and-rejoin, docs/api.md#cancel).
 //!
 //! This crate implements the `subflow-store` traits and nothing else: it holds no
 //! business rules beyond the reference semantics of `MemoryStore`, reads no

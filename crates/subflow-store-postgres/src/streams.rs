@@ -1,4 +1,4 @@
-//! Run stream logs, run leases and cancel requests (SPEC §2.5, §2.6) with the semantics
+//! Run stream logs, run leases and cancel requests (docs/api.md#resume-and-rejoin, docs/api.md#cancel) with the semantics
 //! of `MemoryStore`, shared by every process on the database. Appends and cancel
 //! requests are announced with `NOTIFY` inside their transaction, so a process woken by
 //! one always finds what it announces; [`StreamStore::listen`] is a `LISTEN` connection.

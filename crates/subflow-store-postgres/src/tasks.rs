@@ -1,4 +1,4 @@
-//! Task summaries (SPEC §6.1) on PostgreSQL: one statement reads a run's `subagent.*`
+//! Task summaries (docs/api.md#task-summaries) on PostgreSQL: one statement reads a run's `subagent.*`
 //! rows once and returns at most five rows per task (its first `seq`, start, end, the last
 //! two listable steps and the latest usage); `subflow_store::tasks` folds them.
 

@@ -1,4 +1,4 @@
--- Thread state checkpoints (SPEC §2.3 ThreadState). `state_values` and `metadata`
+-- Thread state checkpoints (docs/api.md#objects ThreadState). `state_values` and `metadata`
 -- hold serialized JSON text, as every JSON column does, so key order is kept and
 -- results are identical across backends.
 --

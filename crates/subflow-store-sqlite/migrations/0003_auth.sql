@@ -1,4 +1,4 @@
--- Users and API tokens (SPEC §13). A token is stored only as the lowercase hex
+-- Users and API tokens (docs/api.md#auth-and-ownership). A token is stored only as the lowercase hex
 -- SHA-256 of its text (`digest`); the token itself is shown once and never stored.
 -- `permissions` is the comma-separated list `Permissions` prints. Listings are in
 -- creation order: `created_at`, then the id (a UUID v7) for ties within a microsecond.

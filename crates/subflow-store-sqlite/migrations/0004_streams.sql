@@ -1,4 +1,4 @@
--- Run stream logs, run leases and cancel requests (SPEC §2.5, §2.6). Every row belongs
+-- Run stream logs, run leases and cancel requests (docs/api.md#resume-and-rejoin, docs/api.md#cancel). Every row belongs
 -- to a run and goes with it: deleting a run (rollback) or its thread cascades here.
 -- Times are Unix epoch milliseconds of this process's clock: one process uses the file.
 

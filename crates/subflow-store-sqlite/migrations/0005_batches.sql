@@ -1,4 +1,4 @@
--- Durable batches (SPEC §12.3): batches, their items and the workers' heartbeats.
+-- Durable batches (docs/batches.md#data-model): batches, their items and the workers' heartbeats.
 -- A batch row carries its items' counts by status, updated in the transaction of every
 -- item transition. Items go with their batch (ON DELETE CASCADE); batches go with their
 -- thread (deleted by the thread delete). Lease and heartbeat times are Unix epoch

@@ -1,4 +1,4 @@
-//! Users and tokens (SPEC §13) on SQLite, with the semantics of `MemoryStore`.
+//! Users and tokens (docs/api.md#auth-and-ownership) on SQLite, with the semantics of `MemoryStore`.
 
 use async_trait::async_trait;
 use rusqlite::{OptionalExtension, Row, params};

@@ -1,4 +1,4 @@
-//! Durable batches (SPEC §12) on SQLite, with the semantics of `MemoryStore`: every
+//! Durable batches (docs/batches.md) on SQLite, with the semantics of `MemoryStore`: every
 //! call is one `BEGIN IMMEDIATE` transaction (the single writer serialises claim passes
 //! and worker writes) that loads the batch row, then the item rows it needs, applies
 //! `subflow_store::batches::machine` and writes back what changed. One process uses the

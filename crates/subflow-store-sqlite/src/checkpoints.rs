@@ -1,4 +1,4 @@
-//! Thread state checkpoints (SPEC §2.3) on SQLite, with the semantics of `MemoryStore`,
+//! Thread state checkpoints (docs/api.md#objects) on SQLite, with the semantics of `MemoryStore`,
 //! each stored as a delta of the thread's previous one (`subflow_store::delta`).
 
 use std::collections::HashMap;

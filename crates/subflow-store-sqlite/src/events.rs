@@ -1,4 +1,4 @@
-//! Run events (SPEC §5.1, §6) on SQLite: `seq` from the per-thread counter inside the
+//! Run events (docs/events.md#envelope, docs/api.md#run-events) on SQLite: `seq` from the per-thread counter inside the
 //! writer transaction, ids already stored skipped.
 
 use async_trait::async_trait;

@@ -1,4 +1,4 @@
-//! Thread and run records (SPEC §2.3, §7.2) on SQLite, with the semantics of `MemoryStore`.
+//! Thread and run records (docs/api.md#objects, docs/usage-and-cost.md#run-buckets) on SQLite, with the semantics of `MemoryStore`.
 
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;

@@ -1,4 +1,4 @@
-//! Run stream logs, run leases and cancel requests (SPEC §2.5, §2.6) on SQLite, with the
+//! Run stream logs, run leases and cancel requests (docs/api.md#resume-and-rejoin, docs/api.md#cancel) on SQLite, with the
 //! semantics of `MemoryStore`. One process uses the file, so leases run on this
 //! process's clock and notices go to listeners of this store value.
 

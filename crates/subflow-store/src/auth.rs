@@ -1,4 +1,4 @@
-//! Users and API tokens (SPEC §13) and the trait that stores them.
+//! Users and API tokens (docs/api.md#auth-and-ownership) and the trait that stores them.
 //!
 //! A token's text never reaches the store: callers hand over its SHA-256 digest
 //! ([`subflow_contracts::auth::token_digest`]) and look tokens up by that digest. Whether
@@ -24,7 +24,7 @@ pub const TOKEN_NAME_MAX_CHARS: usize = 128;
 /// per minute at most, so authenticating stays a read.
 pub const TOUCH_INTERVAL: Duration = Duration::from_secs(60);
 
-/// A user (SPEC §13).
+/// A user (docs/api.md#auth-and-ownership).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct User {
     /// Store-assigned id (a UUID v7 string); threads record it as their owner.
@@ -65,7 +65,7 @@ impl std::fmt::Debug for NewToken {
     }
 }
 
-/// A stored token, without its digest (SPEC §13 token record).
+/// A stored token, without its digest (docs/api.md#auth-and-ownership token record).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TokenRecord {
     /// Store-assigned id (a UUID v7 string), what `subflow tokens revoke` takes.

@@ -1,7 +1,7 @@
-//! Durable batches (SPEC §12): the batch and item records, their state machine, and the
+//! Durable batches (docs/batches.md): the batch and item records, their state machine, and the
 //! [`BatchStore`] trait that stores them for the routes, the tools and the workers.
 //!
-//! The transitions of §12.4 and §12.5 are written once, here, as functions on a loaded
+//! The transitions of docs/batches.md#batch-states and docs/batches.md#item-states are written once, here, as functions on a loaded
 //! [`BatchRecord`] and [`BatchItem`] ([`machine`]). Every backend loads the rows a call
 //! needs inside one transaction (batch row first, then item rows), applies these
 //! functions and writes back what changed, so the backends cannot disagree on a
@@ -54,7 +54,7 @@ pub const MAX_ITEMS: usize = 100_000;
 pub const MAX_ATTEMPTS: u32 = 10;
 /// Longest `submission_key`.
 pub const SUBMISSION_KEY_MAX_CHARS: usize = 512;
-/// Longest `lease_owner` (SPEC §12.6); a longer hostname is cut to fit.
+/// Longest `lease_owner` (docs/batches.md#leases-and-fencing); a longer hostname is cut to fit.
 pub const LEASE_OWNER_MAX_CHARS: usize = 128;
 /// Largest page of [`BatchStore::list_batches`].
 pub const LIST_MAX_LIMIT: u32 = 100;
@@ -69,9 +69,9 @@ pub const CANCELLED_BY_USER: &str = "Cancelled by user";
 pub const LEASE_EXPIRED_RETRYING: &str = "Previous worker lease expired; retrying";
 /// The `error` of an item whose expired lease was recovered at `max_attempts`.
 pub const LEASE_EXPIRED_FINAL: &str = "Execution lease expired after the maximum retry count";
-/// The `error` of a claim released because the worker was stopping (SPEC §12.7).
+/// The `error` of a claim released because the worker was stopping (docs/batches.md#claim-pass).
 pub const STOPPED_BEFORE_ADMISSION: &str = "Worker stopped before execution admission";
-/// The `error` of a claim released after draining a stale local execution (SPEC §12.7).
+/// The `error` of a claim released after draining a stale local execution (docs/batches.md#claim-pass).
 pub const DRAINED_STALE_EXECUTION: &str =
     "Worker drained a stale local execution before readmission";
 
@@ -85,7 +85,7 @@ pub fn new_item_id() -> String {
     format!("{ITEM_ID_PREFIX}{}", Uuid::new_v4().simple())
 }
 
-/// A stored batch: the public fields of SPEC §12.3, then the hidden ones.
+/// A stored batch: the public fields of docs/batches.md#data-model, then the hidden ones.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchRecord {
     /// `subagent-batch-` + 32 hex.
@@ -127,7 +127,7 @@ pub struct BatchRecord {
     pub execution_spec: Value,
 }
 
-/// A stored item: the public fields of SPEC §12.3, then the hidden ones.
+/// A stored item: the public fields of docs/batches.md#data-model, then the hidden ones.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BatchItem {
     /// `batch-item-` + 32 hex.
@@ -523,7 +523,7 @@ pub enum RetryOutcome {
     BatchCancelled,
 }
 
-/// A worker asking for work (SPEC §12.7).
+/// A worker asking for work (docs/batches.md#claim-pass).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRequest {
     /// The worker's host name; cut so that `lease_owner` fits 128 characters.
@@ -536,7 +536,7 @@ pub struct ClaimRequest {
     /// How long a claim holds: `subagent_batches.lease_seconds`.
     pub lease: Duration,
     /// How many of the claims start `running` in the claim's transaction, at most
-    /// `free_slots`: the worker already holds an admission slot for each (SPEC §12.5,
+    /// `free_slots`: the worker already holds an admission slot for each (docs/batches.md#item-states,
     /// `leased` → `running` on a slot acquired). The others stay `leased` until their
     /// slot comes.
     pub admitted: u32,
@@ -632,7 +632,7 @@ pub struct ItemLease {
     pub lease_owner: String,
 }
 
-/// What a renewal found (SPEC §12.6).
+/// What a renewal found (docs/batches.md#leases-and-fencing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Renewal {
     /// The lease is still this owner's and now ends at `expires_at` (epoch ms, database clock).
@@ -719,10 +719,10 @@ pub struct WorkerHeartbeat {
     pub started_at: String,
 }
 
-/// Global counts for the gauges `subflow_batches` and `subflow_batch_items` (SPEC §15.1).
+/// Global counts for the gauges `subflow_batches` and `subflow_batch_items` (docs/operations.md#metrics).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct BatchTotals {
-    /// Batches per status, all six statuses in SPEC order.
+    /// Batches per status, all six statuses in lifecycle order.
     pub batches: Vec<(BatchStatus, u64)>,
     /// Items per status over every batch.
     pub items: BatchCounts,
@@ -885,7 +885,7 @@ pub trait BatchStore: Send + Sync + fmt::Debug {
         item_id: &str,
     ) -> Result<RetryOutcome>;
 
-    /// One claim pass (SPEC §12.7) in one transaction: over the active batches by
+    /// One claim pass (docs/batches.md#claim-pass) in one transaction: over the active batches by
     /// (`created_at`, `id`), recovers expired leases (paused batches included), then in
     /// each batch that is not paused promotes pending items up to `max_live_items`,
     /// claims up to min(free slots left, `max_running_items` − (leased + running))

@@ -1,4 +1,4 @@
-//! The per-run event buffer (SPEC §5.4, §5.5) and the process-wide retry queue behind it.
+//! The per-run event buffer (docs/events.md#buffering-and-durability) and the process-wide retry queue behind it.
 //!
 //! A run's producers hand records to an [`EventBuffer`] without waiting: the buffer's
 //! task batches them and writes each batch with one [`EventStore::append`]. A failed
@@ -239,7 +239,7 @@ impl EventBuffer {
         Ok(())
     }
 
-    /// Maps a live task event (SPEC §3.3) to its `subagent.*` record and records it.
+    /// Maps a live task event (docs/events.md#task-events) to its `subagent.*` record and records it.
     /// A malformed chunk is counted, logged and not persisted.
     pub fn record_task_event(&self, chunk: &Value) -> Result<(), RejectedChunk> {
         let mapped = map_task_event(chunk).inspect_err(|reason| {

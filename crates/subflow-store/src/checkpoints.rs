@@ -1,4 +1,4 @@
-//! Thread state checkpoints (SPEC §2.3 ThreadState): the conversation after each lead
+//! Thread state checkpoints (docs/api.md#objects ThreadState): the conversation after each lead
 //! step, newest last, so a reloaded page or a new run resumes from the latest one.
 //!
 //! Callers always see whole values; the SQL backends store each checkpoint as a delta

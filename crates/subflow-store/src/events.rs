@@ -1,4 +1,4 @@
-//! The run event store trait (SPEC §5.1) and its query (SPEC §6).
+//! The run event store trait (docs/events.md#envelope) and its query (docs/api.md#run-events).
 
 use async_trait::async_trait;
 use subflow_contracts::{NewEvent, RunEvent};
@@ -48,7 +48,7 @@ impl EventQuery {
         }
     }
 
-    /// Checks the bounds of SPEC §6: `limit` 1–2000 and `after_seq` ≥ 1.
+    /// Checks the bounds of docs/api.md#run-events: `limit` 1–2000 and `after_seq` ≥ 1.
     pub fn validate(&self) -> Result<()> {
         if !(1..=MAX_PAGE_LIMIT).contains(&self.limit) {
             return Err(Error::InvalidQuery(format!(
@@ -108,6 +108,6 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<RunEvent>>;
 
     /// One summary per task of a run, in the order of each task's first record, from
-    /// its `subagent.*` records in one query (SPEC §6.1); `[]` for an unknown run.
+    /// its `subagent.*` records in one query (docs/api.md#task-summaries); `[]` for an unknown run.
     async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>>;
 }

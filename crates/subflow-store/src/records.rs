@@ -1,4 +1,4 @@
-//! Thread and run records (SPEC §2.3, §7.2) and the trait that stores them.
+//! Thread and run records (docs/api.md#objects, docs/usage-and-cost.md#run-buckets) and the trait that stores them.
 
 use std::collections::BTreeMap;
 
@@ -165,7 +165,7 @@ pub struct NewRun {
     pub assistant_id: String,
     /// The effective lead model.
     pub model_name: Option<String>,
-    /// The request trace id (SPEC §8.2).
+    /// The request trace id (docs/operations.md#trace-ids).
     pub trace_id: Option<String>,
     /// Request metadata.
     pub metadata: Map<String, Value>,
@@ -175,7 +175,7 @@ pub struct NewRun {
     pub kwargs: Value,
 }
 
-/// A run's token rollup columns (SPEC §7.2).
+/// A run's token rollup columns (docs/usage-and-cost.md#run-buckets).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct RunUsage {
     /// Sum of input tokens.

@@ -1,5 +1,4 @@
-//! The durable per-run stream log, run leases and remote cancel requests (SPEC §2.5,
-//! §2.6), and the trait that stores them.
+//! The durable per-run stream log, run leases and remote cancel requests (docs/api.md#resume-and-rejoin, docs/api.md#cancel), and the trait that stores them.
 //!
 //! A run's log holds its SSE frames (`id`, `event`, `data`) exactly as the gateway sent
 //! them, ids contiguous from 1: the store refuses a batch that would leave a hole and

@@ -1,8 +1,8 @@
-//! Task summaries (SPEC §6.1): one per task of a run, computed from its `subagent.*`
+//! Task summaries (docs/api.md#task-summaries): one per task of a run, computed from its `subagent.*`
 //! records by one store query, so a client paints finished and reloaded cards — counts,
 //! usage, latest step — without paging every task's steps.
 //!
-//! The counting rule is the card's (SPEC §14.1 step display, `task_card::display_steps`):
+//! The counting rule is the card's (docs/workspace.md#task-card step display, `task_card::display_steps`):
 //! a summary's `step_count` is the number of steps an expanded card lists. Backends
 //! read [`TaskRows`] — each task's start and end records, how many steps a card could
 //! list, the last two of them and the latest step's usage — and [`summarize`] turns them
@@ -71,7 +71,7 @@ pub struct TaskRows {
     pub latest_usage: Option<Value>,
 }
 
-/// One task of a run (SPEC §6.1), before the run's status and prices are applied.
+/// One task of a run (docs/api.md#task-summaries), before the run's status and prices are applied.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct TaskSummary {
     /// The `task` tool call id.
@@ -86,7 +86,7 @@ pub struct TaskSummary {
     pub end_status: Option<TaskEndStatus>,
     /// The guard cap that ended the task, from the end record.
     pub stop_reason: Option<String>,
-    /// The steps an expanded card lists (SPEC §14.1), with the completed-card rule
+    /// The steps an expanded card lists (docs/workspace.md#task-card), with the completed-card rule
     /// applied when the task completed.
     pub step_count: u64,
     /// The last of those steps.

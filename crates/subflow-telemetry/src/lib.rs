@@ -1,6 +1,6 @@
 //! Telemetry of a subflow process: the Prometheus metrics registry behind
-//! `GET /metrics` (SPEC §15.1) and the OTLP/HTTP protobuf span exporter used for
-//! Langfuse and generic OTLP receivers (SPEC §9).
+//! `GET /metrics` (docs/operations.md#metrics) and the OTLP/HTTP protobuf span exporter used for
+//! Langfuse and generic OTLP receivers (docs/operations.md#langfuse-and-otlp).
 //!
 //! The runtime produces spans and counts through its `SpanSink` and `RuntimeMetrics`
 //! traits; this crate implements them. It never serves HTTP (the gateway serves the

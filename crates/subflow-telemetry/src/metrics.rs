@@ -1,4 +1,4 @@
-//! The Prometheus metrics of one process (SPEC §15.1), in the text exposition format
+//! The Prometheus metrics of one process (docs/operations.md#metrics), in the text exposition format
 //! 0.0.4 encoded by `prometheus-client`.
 //!
 //! Counters and histograms that something increments live in the registry; the event
@@ -43,7 +43,7 @@ const DURATION_BUCKETS: [f64; 12] = [
     0.1, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0,
 ];
 
-/// The batch gauges are read from the database at most this often (SPEC §15.1).
+/// The batch gauges are read from the database at most this often (docs/operations.md#metrics).
 pub const BATCH_GAUGE_MAX_AGE: Duration = Duration::from_secs(5);
 
 fn duration_histogram() -> Histogram {
@@ -83,7 +83,7 @@ impl fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// A registry with every SPEC §15.1 family, reading the buffer counts from `store`
+    /// A registry with every docs/operations.md#metrics family, reading the buffer counts from `store`
     /// and the observer call counts from `observers` at scrape time.
     pub fn new(store: Arc<StoreCounters>, observers: Arc<ObserverCounters>) -> Self {
         let mut registry = Registry::default();
@@ -385,7 +385,7 @@ impl WorkerMetrics for Metrics {
     }
 }
 
-/// The durable-batch gauges (SPEC §15.1), encoded from the last database read; every
+/// The durable-batch gauges (docs/operations.md#metrics), encoded from the last database read; every
 /// status has a sample, 0 before the first read.
 #[derive(Debug)]
 struct BatchGauges(Arc<Mutex<BatchGaugeSnapshot>>);

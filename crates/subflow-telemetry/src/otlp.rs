@@ -1,4 +1,4 @@
-//! The span exporter (SPEC §9.1): OTLP/HTTP protobuf, to Langfuse or to any OTLP
+//! The span exporter (docs/operations.md#langfuse-and-otlp): OTLP/HTTP protobuf, to Langfuse or to any OTLP
 //! receiver, never in a run's way.
 //!
 //! [`OtlpExporter::export`] only `try_send`s into a bounded queue (`tracing.queue_size`);

@@ -1,4 +1,4 @@
-//! Log lines on stderr in the formats of SPEC §8.4. The trace id comes from the
+//! Log lines on stderr in the formats of docs/operations.md#logging. The trace id comes from the
 //! `trace_id` field of the enclosing span (the gateway opens one per request and per run).
 
 use std::fmt;

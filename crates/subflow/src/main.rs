@@ -30,7 +30,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// Exit code for usage and configuration errors (SPEC §1.1).
+/// Exit code for usage and configuration errors (docs/operations.md#commands).
 const EXIT_USAGE: u8 = 2;
 /// Exit code for runtime errors.
 const EXIT_RUNTIME: u8 = 1;

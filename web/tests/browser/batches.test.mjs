@@ -1,4 +1,4 @@
-// The batch panel (SPEC §14.2) in headless chromium against a real `subflow serve`: a
+// The batch panel (docs/workspace.md#batch-panel) in headless chromium against a real `subflow serve`: a
 // `/batch` run shows the panel, the badge and a card that progresses to completed;
 // the controls change what the API reports; the polling cadence on the page's fake
 // clock; the read-only banner with the worker stopped, Export, and a 5,000-item batch

@@ -1,6 +1,6 @@
 // The batch panel's rules: the shared summary table (web/batches.cases.json, which
 // `subflow batches` runs too) and the visibility, badge, polling and control rules of
-// SPEC §14.2.
+// docs/workspace.md#batch-panel.
 
 import assert from "node:assert/strict";
 import { readFileSync } from "node:fs";

@@ -80,7 +80,7 @@ test("a live run's usage: the lead's own calls and its cards, priced at their mo
     { type: "human", content: "earlier" },
     { type: "ai", usage_metadata: { input_tokens: 999, output_tokens: 1, total_tokens: 1000 } },
     { type: "human", content: "now" },
-    // The lead's message carries the attributed subagent usage too (SPEC §4.5).
+    // The lead's message carries the attributed subagent usage too (docs/events.md#attribution).
     { type: "ai", usage_metadata: { input_tokens: 1100, output_tokens: 200, total_tokens: 1300 } },
     {
       type: "tool",

@@ -1,5 +1,4 @@
-//! One claimed attempt of an item, from its claim to its outcome write (SPEC §12.5,
-//! §12.6, §12.9): admission through the controller `task` shares, `leased` → `running`,
+//! One claimed attempt of an item, from its claim to its outcome write (docs/batches.md#item-states, docs/batches.md#leases-and-fencing, docs/batches.md#running-an-item): admission through the controller `task` shares, `leased` → `running`,
 //! the subagent rebuilt from the batch's `execution_spec` and run after the
 //! at-least-once preamble, the lease renewed all along, and the outcome written once
 //! the execution ends (retried once), with nothing written when the worker stopped it.
@@ -263,7 +262,7 @@ fn finished(written: Written) -> AttemptEnd {
     }
 }
 
-/// Runs a terminal write, and once more if it fails (SPEC §12.9).
+/// Runs a terminal write, and once more if it fails (docs/batches.md#running-an-item).
 pub(crate) async fn twice<T, F, W>(write: W) -> StoreResult<T>
 where
     W: Fn() -> F,

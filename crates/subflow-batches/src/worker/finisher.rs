@@ -44,7 +44,7 @@ impl Finisher {
     }
 
     /// Writes `outcome` with whatever other outcomes are waiting, retrying a failed
-    /// write once (SPEC §12.9).
+    /// write once (docs/batches.md#running-an-item).
     pub async fn finish(&self, lease: &ItemLease, outcome: AttemptOutcome) -> Written {
         let queue = self.queue.get_or_init(|| {
             let (queue, outcomes) = mpsc::unbounded_channel();

@@ -1,4 +1,4 @@
-//! The worker's behaviours of SPEC §12.5–§12.9, each on the memory store and on SQLite.
+//! The worker's behaviours of docs/batches.md, each on the memory store and on SQLite.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -1,4 +1,4 @@
-//! Durable batches (SPEC §12.2, §12.3, §12.11): the public projections of a batch and an
+//! Durable batches (docs/batches.md#routes, docs/batches.md#data-model, docs/batches.md#capability): the public projections of a batch and an
 //! item, their counts and usage, and the batch half of `/api/features`.
 
 use serde::{Deserialize, Serialize};
@@ -100,7 +100,7 @@ impl BatchCounts {
         self.unfinished() + self.succeeded + self.failed + self.cancelled
     }
 
-    /// `(status, count)` for all seven statuses, in SPEC order.
+    /// `(status, count)` for all seven statuses, in lifecycle order.
     pub fn iter(&self) -> impl Iterator<Item = (BatchItemStatus, u64)> + '_ {
         BatchItemStatus::ALL
             .iter()
@@ -108,7 +108,7 @@ impl BatchCounts {
     }
 }
 
-/// Summed token usage of an item's attempt (SPEC §12.3 `token_usage`).
+/// Summed token usage of an item's attempt (docs/batches.md#data-model `token_usage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ItemUsage {
@@ -120,7 +120,7 @@ pub struct ItemUsage {
     pub total_tokens: i64,
 }
 
-/// A batch's public fields (SPEC §12.3), then the additive progress and spend fields.
+/// A batch's public fields (docs/batches.md#data-model), then the additive progress and spend fields.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Batch {
@@ -166,7 +166,7 @@ pub struct Batch {
     pub projected_cost: Option<f64>,
 }
 
-/// An item's public fields (SPEC §12.3): never its prompt, lease or result.
+/// An item's public fields (docs/batches.md#data-model): never its prompt, lease or result.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BatchItem {

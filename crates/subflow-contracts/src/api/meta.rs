@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-/// A configured model, as `/api/models` lists it (SPEC §7.5).
+/// A configured model, as `/api/models` lists it (docs/api.md#token-usage-and-models).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelListing {
@@ -55,7 +55,7 @@ pub struct PricedModel {
     /// The listing; its `display_name` is never null here (the name when none is set).
     #[serde(flatten)]
     pub listing: ModelListing,
-    /// `models[].pricing` (SPEC §7.4); null when unpriced.
+    /// `models[].pricing` (docs/usage-and-cost.md#cost); null when unpriced.
     pub pricing: Option<ModelPricing>,
 }
 
@@ -81,7 +81,7 @@ pub struct TokenUsageShown {
     pub enabled: bool,
 }
 
-/// `GET /api/features` (SPEC §12.11).
+/// `GET /api/features` (docs/batches.md#capability).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Features {
@@ -115,9 +115,9 @@ pub struct InfoFlags {
     pub langsmith: bool,
     /// No LangSmith tracing replicas.
     pub langsmith_tracing_replicas: bool,
-    /// Every stream is resumable (SPEC §2.5).
+    /// Every stream is resumable (docs/api.md#resume-and-rejoin).
     pub resumable_streams: bool,
-    /// Whether token usage is shown (SPEC §7.5).
+    /// Whether token usage is shown (docs/api.md#token-usage-and-models).
     pub token_usage: bool,
 }
 
@@ -137,7 +137,7 @@ pub struct InfoHost {
     pub tenant_id: Option<String>,
 }
 
-/// The one assistant, `lead_agent` (SPEC §2.1).
+/// The one assistant, `lead_agent` (docs/api.md#runs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Assistant {

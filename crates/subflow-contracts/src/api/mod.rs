@@ -1,4 +1,4 @@
-//! The HTTP API's request and response bodies (SPEC §2, §6, §7, §12), as the gateway
+//! The HTTP API's request and response bodies (docs/api.md#runs, docs/api.md#run-events, docs/usage-and-cost.md, docs/batches.md), as the gateway
 //! reads and writes them. With feature `openapi` every type also describes itself as a
 //! JSON Schema (`utoipa::ToSchema`), which the gateway's OpenAPI document is built from;
 //! without it this module is plain serde types.

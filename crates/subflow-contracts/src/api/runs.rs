@@ -1,4 +1,4 @@
-//! Runs (SPEC §2.2–§2.5): the run request, the Run object and the closed enums a run
+//! Runs (docs/api.md): the run request, the Run object and the closed enums a run
 //! request names.
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use super::ModelUsage;
 use super::usage::Cost;
 use crate::{RunStatus, RunStopReason};
 
-/// The run request body (SPEC §2.2); unknown fields are 422. The gateway parses the
+/// The run request body (docs/api.md#run-request); unknown fields are 422. The gateway parses the
 /// string fields into the closed enums their schemas name, so a wrong value is a 422
 /// that says which values there are.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -184,7 +184,7 @@ pub struct RunInput {
     pub messages: Vec<Value>,
 }
 
-/// The Run object (SPEC §2.3) with the additive usage fields (SPEC §7.2).
+/// The Run object (docs/api.md#objects) with the additive usage fields (docs/usage-and-cost.md#run-buckets).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Run {
@@ -234,7 +234,7 @@ pub struct Run {
     pub message_count: i64,
     /// Per-model buckets.
     pub token_usage_by_model: BTreeMap<String, ModelUsage>,
-    /// The run's own cost (SPEC §7.4), whatever its status; null when unpriced.
+    /// The run's own cost (docs/usage-and-cost.md#cost), whatever its status; null when unpriced.
     pub cost: Option<Cost>,
 }
 

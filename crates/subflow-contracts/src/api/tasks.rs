@@ -1,4 +1,4 @@
-//! Task summaries (SPEC §6.1): `GET …/runs/{run_id}/tasks`, one per task of a run, so
+//! Task summaries (docs/api.md#task-summaries): `GET …/runs/{run_id}/tasks`, one per task of a run, so
 //! clients paint finished and reloaded cards before any is expanded.
 
 use serde::{Deserialize, Serialize};
@@ -9,7 +9,7 @@ use crate::task_result::TokenUsage;
 
 string_enum! {
     /// A summary's status: a task without an end is `running` while its run is active
-    /// and `failed` once the run ended (the pending rule of SPEC §14.1).
+    /// and `failed` once the run ended (the pending rule of docs/workspace.md#task-card).
     pub enum TaskStatus {
         Running = "running",
         Completed = "completed",
@@ -35,7 +35,7 @@ pub struct TaskSummary {
     pub status: TaskStatus,
     /// The guard cap that ended the task.
     pub stop_reason: Option<String>,
-    /// The steps an expanded card lists (SPEC §14.1).
+    /// The steps an expanded card lists (docs/workspace.md#task-card).
     pub step_count: u64,
     /// The last of those steps.
     pub latest_step: Option<TaskStep>,

@@ -1,4 +1,4 @@
-//! Threads (SPEC §2.1, §2.3): create and search requests, the Thread object and the
+//! Threads (docs/api.md#runs, docs/api.md#objects): create and search requests, the Thread object and the
 //! ThreadState of a checkpoint.
 
 use serde::{Deserialize, Serialize};
@@ -207,7 +207,7 @@ pub struct CheckpointRef {
     pub checkpoint_id: Option<String>,
 }
 
-/// A ThreadState (SPEC §2.3) of one checkpoint.
+/// A ThreadState (docs/api.md#objects) of one checkpoint.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ThreadState {

@@ -1,10 +1,10 @@
-//! Token usage (SPEC §7.2–§7.4): a run's per-model buckets and the `/token-usage` body.
+//! Token usage (docs/usage-and-cost.md): a run's per-model buckets and the `/token-usage` body.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Token usage of one model within a run (SPEC §7.2).
+/// Token usage of one model within a run (docs/usage-and-cost.md#run-buckets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ModelUsage {
@@ -44,7 +44,7 @@ pub struct TokenUsage {
     pub stopped_runs: StoppedRuns,
     /// The latest state's size against the model's window; null when it cannot be read.
     pub context_usage: Option<ContextUsage>,
-    /// The thread's batch items (additive): never counted above (SPEC §12.12), summed
+    /// The thread's batch items (additive): never counted above (docs/batches.md#observability), summed
     /// beside.
     pub batches: BatchSpend,
 }
@@ -113,7 +113,7 @@ pub struct Cost {
     pub by_model: BTreeMap<String, f64>,
 }
 
-/// The price of one task's usage at its model (SPEC §6.1, §7.4).
+/// The price of one task's usage at its model (docs/api.md#task-summaries, docs/usage-and-cost.md#cost).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TaskCost {

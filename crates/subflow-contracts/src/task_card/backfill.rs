@@ -1,4 +1,4 @@
-//! Backfill paging (SPEC §14.1 "Backfill"): when an expanded card fetches its steps from
+//! Backfill paging (docs/workspace.md#task-card "Backfill"): when an expanded card fetches its steps from
 //! `/events`, the path of each page, the steps a page holds and where paging goes next.
 
 use serde::{Deserialize, Serialize};

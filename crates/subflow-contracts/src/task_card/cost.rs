@@ -1,4 +1,4 @@
-//! Money on cards (SPEC §7.4 prices, as `/api/models` lists them under `pricing`): the
+//! Money on cards (docs/usage-and-cost.md#cost prices, as `/api/models` lists them under `pricing`): the
 //! price of a model, the cost of a task's usage and how an amount is written. Ported from
 //! `cards.mjs` like the rest of the card rules, on the same case table.
 //!
@@ -163,7 +163,7 @@ pub fn cost_label(
     card_cost(usage, model_name, models).map(|cost| format_cost(cost.amount, &cost.currency))
 }
 
-/// What stopped runs spent (`/token-usage`'s `stopped_runs`, SPEC §7.3), which the totals
+/// What stopped runs spent (`/token-usage`'s `stopped_runs`, docs/usage-and-cost.md#thread-token-usage), which the totals
 /// leave out: `+ 1,993 tokens, $0.004 in 1 stopped run`; `None` when no run stopped.
 pub fn stopped_runs_line(stopped: &Value) -> Option<String> {
     let runs = stopped

@@ -1,4 +1,4 @@
-//! The task card rules of SPEC §14.1, ported from the web UI's `web/assets/cards.mjs` for
+//! The task card rules of docs/workspace.md#task-card, ported from the web UI's `web/assets/cards.mjs` for
 //! `subflow tail`: reading ToolMessages and live task events into card updates, merging
 //! them, the pending rule, the steps a card lists, its labels and backfill paging.
 //!
@@ -261,7 +261,7 @@ pub fn read_usage(value: &Value) -> Option<CardUsage> {
     TokenUsage::from_value(value).map(CardUsage::from)
 }
 
-/// The update a terminal `task` ToolMessage gives (SPEC §4.4, §14.1).
+/// The update a terminal `task` ToolMessage gives (docs/events.md#reading-the-contract, docs/workspace.md#task-card).
 pub fn read_tool_message(message: &Value) -> CardUpdate {
     let empty = Map::new();
     let kwargs = message
@@ -400,7 +400,7 @@ pub fn merge_steps(existing: &[Step], incoming: &[Step]) -> Vec<Step> {
     by_index.into_values().collect()
 }
 
-/// Applies an update (SPEC §14.1 "Merge"): a shallow overlay in which a terminal status
+/// Applies an update (docs/workspace.md#task-card "Merge"): a shallow overlay in which a terminal status
 /// never reverts to in progress, steps merge by `message_index`, and a usage with fewer
 /// total tokens is ignored.
 pub fn merge_card(card: &Card, update: &CardUpdate) -> Merged {

@@ -1,4 +1,4 @@
-//! Cards painted from task summaries (`GET …/runs/{run_id}/tasks`, SPEC §6.1) before
+//! Cards painted from task summaries (`GET …/runs/{run_id}/tasks`, docs/api.md#task-summaries) before
 //! their steps are loaded, and the one rule for how many steps a card lists and which is
 //! the latest, whether its steps or only its summary are known.
 

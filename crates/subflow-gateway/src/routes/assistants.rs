@@ -1,4 +1,4 @@
-//! The one assistant, `lead_agent` (SPEC §2.1), in the shapes the LangGraph SDKs read:
+//! The one assistant, `lead_agent` (docs/api.md#runs), in the shapes the LangGraph SDKs read:
 //! the assistant itself, its graph (`get_graph`) and its schemas (`get_schemas`).
 
 use std::sync::OnceLock;
@@ -65,8 +65,8 @@ pub async fn graph() -> Json<&'static AssistantGraph> {
 }
 
 /// `GET /api/assistants/lead_agent/schemas`: LangGraph's `GraphSchema` — the input the
-/// runs API takes, the state and output it keeps (SPEC §2.3), the `configurable` keys
-/// and the context keys it reads (SPEC §2.2).
+/// runs API takes, the state and output it keeps (docs/api.md#objects), the `configurable` keys
+/// and the context keys it reads (docs/api.md#run-request).
 #[utoipa::path(get, path = "/api/assistants/lead_agent/schemas", tag = "assistants",
     responses((status = 200, description = "JSON Schemas of the lead agent's input, output, state, config and context", body = GraphSchema)))]
 pub async fn schemas() -> Json<&'static GraphSchema> {

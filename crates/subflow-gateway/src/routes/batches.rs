@@ -1,7 +1,7 @@
-//! `/api/threads/{thread_id}/subagent-batches` (SPEC §12.2) and `GET /api/features`
-//! (SPEC §12.11).
+//! `/api/threads/{thread_id}/subagent-batches` (docs/batches.md#routes) and `GET /api/features`
+//! (docs/batches.md#capability).
 //!
-//! Every route runs the thread checks of SPEC §13 first (`threads:read` for GET,
+//! Every route runs the thread checks of docs/api.md#auth-and-ownership first (`threads:read` for GET,
 //! `threads:write` for POST), then loads the batch for the caller's user in that thread:
 //! a missing or foreign batch, or one of another thread, is 404 `Subagent batch not
 //! found`. Batches are submitted by a lead's `batch_task` call, or without a lead by
@@ -70,7 +70,7 @@ pub const CANCELLED_BATCH: &str = "Items of a cancelled batch cannot be retried"
 /// 422 of an unknown `status` filter.
 pub const UNKNOWN_STATUS: &str = "Unknown batch item status";
 
-/// What the gateway knows of durable batches in this process (SPEC §12.10, §12.11).
+/// What the gateway knows of durable batches in this process (docs/batches.md#configuration, docs/batches.md#capability).
 #[derive(Debug, Clone)]
 pub struct BatchFeatures {
     /// `subagent_batches.enabled`.
@@ -153,7 +153,7 @@ fn store_error(error: subflow_store::Error) -> ApiError {
     }
 }
 
-/// The public fields of a batch (SPEC §12.3), `counts` always with all seven statuses,
+/// The public fields of a batch (docs/batches.md#data-model), `counts` always with all seven statuses,
 /// then the additive progress fields.
 pub fn public_batch(batch: &BatchRecord, progress: Progress) -> Batch {
     Batch {
@@ -216,7 +216,7 @@ async fn present_one(
     presented.into_iter().next().map(Json).ok_or_else(not_found)
 }
 
-/// The public fields of an item (SPEC §12.3); never its prompt, lease or result.
+/// The public fields of an item (docs/batches.md#data-model); never its prompt, lease or result.
 pub fn public_item(item: &BatchItem) -> PublicItem {
     PublicItem {
         id: item.id.clone(),
@@ -295,7 +295,7 @@ pub struct ListParams {
 /// The caller's batches in the thread, newest first; `[]` for an unowned thread.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/subagent-batches", tag = "batches", params(ThreadPath, ListParams),
     responses(
-        (status = 200, description = "The caller's batches in the thread, newest first (created_at, id descending); none for an unknown or deleted thread (SPEC §13)", body = Vec<Batch>),
+        (status = 200, description = "The caller's batches in the thread, newest first (created_at, id descending); none for an unknown or deleted thread (docs/api.md#auth-and-ownership)", body = Vec<Batch>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
         (status = 503, description = "The batch store is not available", body = ErrorBody),

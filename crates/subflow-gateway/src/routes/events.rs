@@ -1,4 +1,4 @@
-//! `GET /api/threads/{thread_id}/runs/{run_id}/events` (SPEC §6).
+//! `GET /api/threads/{thread_id}/runs/{run_id}/events` (docs/api.md#run-events).
 
 use axum::Json;
 use axum::extract::State;
@@ -35,7 +35,7 @@ pub struct EventParams {
 /// unowned thread id.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/events", tag = "runs", params(RunPath, EventParams),
     responses(
-        (status = 200, description = "Persisted run events, ascending by seq; none for an unknown or deleted thread or run (SPEC §13)", body = Vec<RunEvent>),
+        (status = 200, description = "Persisted run events, ascending by seq; none for an unknown or deleted thread or run (docs/api.md#auth-and-ownership)", body = Vec<RunEvent>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
     ),

@@ -65,7 +65,7 @@ pub async fn health() -> Json<Health> {
     })
 }
 
-/// `GET /api/models` (SPEC §7.5), each model with its `pricing`.
+/// `GET /api/models` (docs/api.md#token-usage-and-models), each model with its `pricing`.
 #[utoipa::path(get, path = "/api/models", tag = "server",
     responses((status = 200, description = "The configured models, the default first, with their prices", body = Models)))]
 pub async fn models(State(state): State<AppState>) -> Json<Models> {
@@ -107,7 +107,7 @@ pub async fn models(State(state): State<AppState>) -> Json<Models> {
 /// `GET /api/info`: what LangGraph servers answer — the version and the flags of what
 /// this server supports — for the SDKs and LangGraph tooling that probe it. LangGraph's
 /// own flags first (read-only assistants; no crons, no LangSmith), then subflow's:
-/// every stream is resumable (SPEC §2.5), and whether token usage is shown (SPEC §7.5).
+/// every stream is resumable (docs/api.md#resume-and-rejoin), and whether token usage is shown (docs/api.md#token-usage-and-models).
 #[utoipa::path(get, path = "/api/info", tag = "server",
     responses((status = 200, description = "The version and the supported features", body = Info)))]
 pub async fn info(State(state): State<AppState>) -> Json<Info> {

@@ -1,4 +1,4 @@
-//! Runs (SPEC §2.1–§2.4): start a run and stream it as SSE, wait for it, list and get.
+//! Runs (docs/api.md): start a run and stream it as SSE, wait for it, list and get.
 
 use axum::Json;
 use axum::body::Bytes;
@@ -145,7 +145,7 @@ fn accept(request: RunRequest) -> Result<Accepted, ApiError> {
         .and_then(Value::as_object)
         .map(TraceOverrides::from_metadata)
         .unwrap_or_default();
-    // Clients may not decide who is a subagent (SPEC §2.2).
+    // Clients may not decide who is a subagent (docs/api.md#run-request).
     let mut context = request.context.unwrap_or_default();
     context.retain(|key, _| key != "is_subagent" && key != "agent_id" && !key.starts_with("__"));
     let model_name = config
@@ -204,7 +204,7 @@ fn stamp_trace_id(accepted: &mut Accepted, trace_id: &str) {
     }
 }
 
-/// The Run object (SPEC §2.3) with the additive fields, `cost` (SPEC §7.4, the run's
+/// The Run object (docs/api.md#objects) with the additive fields, `cost` (docs/usage-and-cost.md#cost, the run's
 /// own, whatever its status) among them.
 fn run_body(run: &RunRecord, models: &[ModelFacts]) -> Run {
     let usage = &run.usage;
@@ -286,7 +286,7 @@ async fn start(
             .await?,
     );
     if !active.is_empty() {
-        // SPEC §2.2: reject, or stop the active runs first (rollback also erases them).
+        // docs/api.md#run-request: reject, or stop the active runs first (rollback also erases them).
         let rollback = match accepted.multitask_strategy {
             MultitaskStrategy::Interrupt => false,
             MultitaskStrategy::Rollback => true,
@@ -301,7 +301,7 @@ async fn start(
         }
     }
     // The request's trace id is the run's: a `deerflow_trace_id` in the body names
-    // nothing and is overwritten, in the stored kwargs too (SPEC §8.1).
+    // nothing and is overwritten, in the stored kwargs too (docs/operations.md#trace-ids).
     stamp_trace_id(&mut accepted, &trace.id);
     let run_id = uuid::Uuid::new_v4().to_string();
     let model_name = state.runtime.model_name(accepted.model_name.as_deref());
@@ -510,7 +510,7 @@ pub async fn list_all(
 /// [`paging::RUNS_MAX_LIMIT`] per page.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/runs", tag = "runs", params(ThreadPath, ListParams),
     responses(
-        (status = 200, description = "The thread's runs, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<Run>),
+        (status = 200, description = "The thread's runs, newest first; none for an unknown or deleted thread (docs/api.md#auth-and-ownership)", body = Vec<Run>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
     ),
@@ -602,7 +602,7 @@ pub async fn cancel(
 /// checkpoints, events and record. Failures to delete are logged, never raised: the
 /// caller has already been answered or is about to start the next run.
 async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: bool) {
-    // A run executing in another process is cancelled through the store (SPEC §2.6).
+    // A run executing in another process is cancelled through the store (docs/api.md#cancel).
     stream::cancel_and_wait(state, thread_id, run_id).await;
     if rollback {
         if let Err(error) = state.store.delete_run_checkpoints(thread_id, run_id).await {
@@ -645,7 +645,7 @@ pub async fn join(
 }
 
 /// `GET …/runs/{run_id}/stream?stream_mode=&cancel_on_disconnect=false`: rejoins a run's
-/// stream wherever it executes (SPEC §2.5). With `Last-Event-ID: N`, every frame after N
+/// stream wherever it executes (docs/api.md#resume-and-rejoin). With `Last-Event-ID: N`, every frame after N
 /// once, in order, then live frames; without, the retained log from the start. A cursor
 /// into pruned frames gets one `gap` frame.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/stream", tag = "runs",

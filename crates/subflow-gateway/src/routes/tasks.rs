@@ -1,4 +1,4 @@
-//! `GET /api/threads/{thread_id}/runs/{run_id}/tasks` (SPEC §6.1): one summary per task
+//! `GET /api/threads/{thread_id}/runs/{run_id}/tasks` (docs/api.md#task-summaries): one summary per task
 //! of a run, so clients paint finished and reloaded cards before any is expanded; and
 //! `POST …/tasks/{task_id}/cancel`, which stops one task and lets the run go on.
 
@@ -69,7 +69,7 @@ async fn owned_run(
 }
 
 /// A summary's wire shape; a task without an end is `running` while its run is active
-/// and `failed` once the run ended (the pending rule of SPEC §14.1).
+/// and `failed` once the run ended (the pending rule of docs/workspace.md#task-card).
 fn public_summary(summary: &StoredSummary, run_status: RunStatus, state: &AppState) -> TaskSummary {
     let status = match summary.end_status {
         Some(TaskEndStatus::Completed) => TaskStatus::Completed,

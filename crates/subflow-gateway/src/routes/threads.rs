@@ -1,5 +1,5 @@
-//! Threads (SPEC §2.1, §2.3): create, get, search, delete, state and history. Every
-//! route that names a thread goes through `authorize_thread` (SPEC §13).
+//! Threads (docs/api.md#runs, docs/api.md#objects): create, get, search, delete, state and history. Every
+//! route that names a thread goes through `authorize_thread` (docs/api.md#auth-and-ownership).
 
 use axum::Json;
 use axum::body::Bytes;
@@ -443,7 +443,7 @@ pub async fn delete(
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// A ThreadState (SPEC §2.3) of one checkpoint.
+/// A ThreadState (docs/api.md#objects) of one checkpoint.
 fn state_body(checkpoint: &Checkpoint) -> ThreadState {
     let at = |checkpoint_id: &str| CheckpointRef {
         thread_id: checkpoint.thread_id.clone(),
@@ -465,7 +465,7 @@ fn state_body(checkpoint: &Checkpoint) -> ThreadState {
 /// `GET …/state`: the latest checkpoint, or an empty state for a thread without one.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/state", tag = "threads", params(ThreadPath),
     responses(
-        (status = 200, description = "The latest state; an empty one for an unknown or deleted thread (SPEC §13)", body = ThreadState),
+        (status = 200, description = "The latest state; an empty one for an unknown or deleted thread (docs/api.md#auth-and-ownership)", body = ThreadState),
         (status = 404, description = "Another user's thread", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("threads:read"))))]
@@ -599,7 +599,7 @@ async fn history_page(
 #[utoipa::path(post, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath),
     request_body(content = HistoryRequest, description = "Every field optional"),
     responses(
-        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<ThreadState>),
+        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (docs/api.md#auth-and-ownership)", body = Vec<ThreadState>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid body or thread id", body = ErrorBody),
     ),
@@ -618,7 +618,7 @@ pub async fn history_post(
 /// `GET …/history?limit=&before=`: ThreadStates, newest first.
 #[utoipa::path(get, path = "/api/threads/{thread_id}/history", tag = "threads", params(ThreadPath, HistoryQuery),
     responses(
-        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (SPEC §13)", body = Vec<ThreadState>),
+        (status = 200, description = "Thread states, newest first; none for an unknown or deleted thread (docs/api.md#auth-and-ownership)", body = Vec<ThreadState>),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 422, description = "Invalid query or thread id", body = ErrorBody),
     ),

@@ -1,4 +1,4 @@
-//! `GET /api/threads/{thread_id}/token-usage?include_active=false` (SPEC §7.3, §7.4).
+//! `GET /api/threads/{thread_id}/token-usage?include_active=false` (docs/usage-and-cost.md#thread-token-usage, docs/usage-and-cost.md#cost).
 
 use axum::Json;
 use axum::extract::State;
@@ -97,8 +97,7 @@ pub async fn get(
         Err(_) => None,
     };
     body.context_usage = context;
-    // Batch items have no parent journal and stay out of every total above (SPEC
-    // §12.12); their spend is reported beside them.
+    // Batch items have no parent journal and stay out of every total above (docs/batches.md#observability); their spend is reported beside them.
     let activities = match owned {
         Some(_) => {
             let scope = BatchScope::thread(&caller.user_id, &thread_id);

@@ -1,4 +1,4 @@
-//! Following a run's stream from a cursor (SPEC §2.5): the frames after it, once each and
+//! Following a run's stream from a cursor (docs/api.md#resume-and-rejoin): the frames after it, once each and
 //! in order, then live frames until `end`. A run executing here is read from its hub
 //! (and from the store for whatever already left the hub's window); any other run from
 //! the store, woken by the store's notices and re-read every second regardless.
@@ -32,7 +32,7 @@ const PAGE: u32 = 256;
 /// How long a watcher waits before re-reading after a failed store read.
 const READ_RETRY: Duration = Duration::from_secs(1);
 
-/// One frame of a run stream as an SSE client reads it (SPEC §2.4): the schema of each
+/// One frame of a run stream as an SSE client reads it (docs/api.md#sse-frames): the schema of each
 /// `text/event-stream` event in the OpenAPI document. The hub writes frames as text
 /// (`sse::frame_text`); this type only describes them.
 #[derive(Debug, utoipa::ToSchema)]
@@ -115,7 +115,7 @@ impl RejoinParams {
 }
 
 /// The `Last-Event-ID` header as a cursor: absent, or `-1` (what the LangGraph SDKs send
-/// to replay a run from its start, SPEC §2.5), is `None`; anything but a decimal id is 422.
+/// to replay a run from its start, docs/api.md#resume-and-rejoin), is `None`; anything but a decimal id is 422.
 pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
     let Some(value) = headers.get("last-event-id") else {
         return Ok(None);

@@ -1,4 +1,4 @@
-//! The background work of a serving gateway (SPEC §2.5, §2.6): relaying the store's
+//! The background work of a serving gateway (docs/api.md#resume-and-rejoin, docs/api.md#cancel): relaying the store's
 //! notices to this process's watchers and cancel requests to the runs executing here,
 //! pruning logs past `streams.retention_seconds`, and recovering orphaned runs — at
 //! start on a single-process store, and every third of a lease on a shared one.
@@ -229,7 +229,7 @@ async fn recover(state: &AppState, orphan: &OrphanedRun, scope: OrphanScope) -> 
             metadata,
         )
         .with_user(owner.clone());
-        // After the takeover made the status durable: the run's one `run.end` (SPEC §5.2).
+        // After the takeover made the status durable: the run's one `run.end` (docs/events.md#catalogue).
         let end = NewEvent::run_end(
             &recovered.thread_id,
             run_id,

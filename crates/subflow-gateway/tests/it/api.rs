@@ -265,7 +265,7 @@ async fn every_response_carries_exactly_one_trace_id_following_the_precedence_ru
     let ids = trace_ids(invalid.headers());
     assert_eq!(ids.len(), 1);
     assert_eq!(ids[0].len(), 32, "an invalid id is replaced by a fresh one");
-    // A client's deerflow_trace_id names nothing: the request's id overwrites it (SPEC §8.1).
+    // A client's deerflow_trace_id names nothing: the request's id overwrites it (docs/operations.md#trace-ids).
     let streamed = app
         .client
         .post(app.url("/api/threads/t-trace/runs/stream"))

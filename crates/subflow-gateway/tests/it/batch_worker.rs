@@ -1,7 +1,7 @@
 //! A real batch worker on the gateway's own store and runtime, driven one step at a time
 //! (`claim_and_run_once`), watched through the routes: `/batch` items run to completion,
-//! leave nothing in the submitting run (SPEC §12.12), and an admission refusal gives the
-//! attempt back (SPEC §12.5).
+//! leave nothing in the submitting run (docs/batches.md#observability), and an admission refusal gives the
+//! attempt back (docs/batches.md#item-states).
 
 use std::sync::{Arc, Mutex};
 
@@ -120,7 +120,7 @@ async fn slash_batch_items_run_to_completion_and_leave_nothing_in_the_submitting
         assert_eq!(line["model_name"], "scripted");
         assert!(line["token_usage"]["total_tokens"].as_u64().unwrap() > 0);
     }
-    // SPEC §12.12: no run events, no observer calls, no usage in /token-usage.
+    // docs/batches.md#observability: no run events, no observer calls, no usage in /token-usage.
     let events_after = get(&app, &format!("/api/threads/t1/runs/{run_id}/events")).await;
     assert_eq!(events_after, events_before);
     assert!(

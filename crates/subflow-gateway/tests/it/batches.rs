@@ -1,4 +1,4 @@
-//! The durable-batch routes over real HTTP (SPEC §12.2–§12.5, §12.11): projections,
+//! The durable-batch routes over real HTTP (docs/batches.md, docs/batches.md#capability): projections,
 //! paging, the export, the controls with their exact refusals, ownership, and
 //! `/api/features`. A stand-in worker drives items through the store's worker calls.
 

@@ -1,4 +1,4 @@
-//! What a run request hands the span exporter (SPEC §9.2): a `traceparent` header and
+//! What a run request hands the span exporter (docs/operations.md#langfuse-and-otlp): a `traceparent` header and
 //! `config.metadata.langfuse_*` reach the lead trace.
 
 use std::sync::{Arc, Mutex};

@@ -1,8 +1,8 @@
 //! What LangGraph clients (the JS and Python SDKs, DeerFlow's web client) rely on, over
-//! HTTP: `updates` frames live, on a rejoin and in the stored log (SPEC §2.4); one id per
-//! message from input to state, shared by its chunks (SPEC §2.3); `Last-Event-ID: -1`
-//! and the rejoin parameters the SDKs send (SPEC §2.5); `/api/info` and the assistant's
-//! graph and schemas; one `run.end` per run, after `run.start` (SPEC §5.2).
+//! HTTP: `updates` frames live, on a rejoin and in the stored log (docs/api.md#sse-frames); one id per
+//! message from input to state, shared by its chunks (docs/api.md#objects); `Last-Event-ID: -1`
+//! and the rejoin parameters the SDKs send (docs/api.md#resume-and-rejoin); `/api/info` and the assistant's
+//! graph and schemas; one `run.end` per run, after `run.start` (docs/events.md#catalogue).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;

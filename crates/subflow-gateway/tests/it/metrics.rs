@@ -1,4 +1,4 @@
-//! `GET /metrics` (SPEC §15.1): the values against `/token-usage` for the same runs, the
+//! `GET /metrics` (docs/operations.md#metrics): the values against `/token-usage` for the same runs, the
 //! exposition format line by line, and who may read it.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -296,7 +296,7 @@ async fn metrics_agree_with_token_usage_for_the_same_runs() {
     );
 }
 
-/// Every family of SPEC §15.1.
+/// Every family of docs/operations.md#metrics.
 const FAMILIES: &[(&str, &str)] = &[
     ("subflow_tokens_total", "counter"),
     ("subflow_cost_total", "counter"),

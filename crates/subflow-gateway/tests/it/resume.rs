@@ -1,4 +1,4 @@
-//! The durable stream log over HTTP (SPEC §2.5, §2.6): resume with `Last-Event-ID`,
+//! The durable stream log over HTTP (docs/api.md#resume-and-rejoin, docs/api.md#cancel): resume with `Last-Event-ID`,
 //! rejoin, `gap` and the lone `end` after pruning, orphan recovery, and two gateways on
 //! one PostgreSQL database streaming and cancelling each other's runs.
 

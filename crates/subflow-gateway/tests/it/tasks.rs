@@ -1,4 +1,4 @@
-//! `GET …/runs/{run_id}/tasks` (SPEC §6.1) over HTTP: finished and stopped runs, counts
+//! `GET …/runs/{run_id}/tasks` (docs/api.md#task-summaries) over HTTP: finished and stopped runs, counts
 //! equal to what a card lists, cost at the model's price, 404s and 422s.
 
 use std::collections::{HashMap, HashSet};

@@ -1,4 +1,4 @@
-//! The no-script behaviour (SPEC §1.3): `/task`, `/batch`, `/echo` and the demo plan.
+//! The no-script behaviour (docs/configuration.md#models): `/task`, `/batch`, `/echo` and the demo plan.
 //!
 //! Every decision is taken from the conversation in the request, not from hidden state,
 //! so a model instance can serve any number of runs and agents at once.

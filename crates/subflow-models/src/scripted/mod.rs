@@ -1,4 +1,4 @@
-//! The scripted model (SPEC §1.3): deterministic answers with no network, from a script
+//! The scripted model (docs/configuration.md#models): deterministic answers with no network, from a script
 //! file or, without one (or when no rule matches), from the built-in commands and the
 //! demo plan. It is the default model, so `subflow serve` shows every feature offline.
 

@@ -1,4 +1,4 @@
-//! Script files: their format (SPEC §1.3), loading with positioned errors, and rule
+//! Script files: their format (docs/configuration.md#models), loading with positioned errors, and rule
 //! matching.
 
 use std::path::{Path, PathBuf};

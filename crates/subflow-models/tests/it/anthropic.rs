@@ -87,7 +87,7 @@ async fn text_streams_with_cached_input_counted_as_input() {
     );
     assert_eq!(message.response_metadata["finish_reason"], "stop");
     let reported = message.usage_metadata.unwrap();
-    // SPEC §1.3: input = 12 + 2000 read + 100 written; cache_read = 2000.
+    // docs/configuration.md#models: input = 12 + 2000 read + 100 written; cache_read = 2000.
     assert_eq!(
         (
             reported.input_tokens,

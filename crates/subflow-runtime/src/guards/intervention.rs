@@ -1,16 +1,16 @@
 //! What a guard does to the conversation: queue warnings for the next model call, or
-//! turn the last AI message into a final answer (SPEC §10.3).
+//! turn the last AI message into a final answer (docs/events.md#warnings-and-hard-stops).
 
 use serde_json::{Value, json};
 use subflow_contracts::messages::{AiMessage, HumanMessage, Message};
 
-/// The `name` of the human message carrying loop warnings (SPEC §10.3).
+/// The `name` of the human message carrying loop warnings (docs/events.md#warnings-and-hard-stops).
 pub const LOOP_WARNING_NAME: &str = "loop_warning";
 
 /// The `name` the reference gives the human message carrying token-budget warnings.
 pub const BUDGET_WARNING_NAME: &str = "budget_warning";
 
-/// Most warning entries injected over one run (SPEC §10.3).
+/// Most warning entries injected over one run (docs/events.md#warnings-and-hard-stops).
 pub const MAX_INJECTED_WARNINGS_PER_RUN: usize = 4;
 
 /// Keys of `additional_kwargs` that carry a provider's raw tool-call data.
@@ -83,7 +83,7 @@ impl WarningQueue {
     }
 }
 
-/// `message` as a final answer: no tool calls, `finish_reason` `stop`, `stop_text` appended (SPEC §10.3).
+/// `message` as a final answer: no tool calls, `finish_reason` `stop`, `stop_text` appended (docs/events.md#warnings-and-hard-stops).
 pub fn hard_stop(message: &AiMessage, stop_text: &str) -> AiMessage {
     let mut stopped = message.clone();
     stopped.tool_calls.clear();

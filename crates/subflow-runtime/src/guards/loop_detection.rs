@@ -1,4 +1,4 @@
-//! Loop detection (SPEC §10.1–§10.4): spot a model that keeps calling the same tools,
+//! Loop detection (docs/events.md): spot a model that keeps calling the same tools,
 //! warn it once, then force a final answer.
 
 use std::collections::hash_map::DefaultHasher;
@@ -18,7 +18,7 @@ const SALIENT_FIELDS: [&str; 7] = ["path", "url", "query", "command", "pattern",
 const IDENTICAL_WARNING: &str = "[LOOP DETECTED] You are repeating the same tool calls. Stop calling tools and produce your final answer now. If you cannot complete the task, summarize what you accomplished so far.";
 const IDENTICAL_STOP: &str = "[FORCED STOP] Repeated tool calls exceeded the safety limit. Producing final answer with results collected so far.";
 
-/// `loop_detection.*` (SPEC §10.1).
+/// `loop_detection.*` (docs/events.md#loop-detection).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct LoopDetectionConfig {
@@ -65,7 +65,7 @@ impl Default for LoopDetectionConfig {
 }
 
 impl LoopDetectionConfig {
-    /// Checks the §10.1 rules; the error names the offending key.
+    /// Checks the rules of docs/configuration.md#ranges-and-rules; the error names the offending key.
     pub fn validate(&self) -> Result<(), String> {
         let key = |name: &str| format!("loop_detection.{name}");
         for (name, value) in [
@@ -197,7 +197,7 @@ impl Detection {
     }
 }
 
-/// The `middleware:loop_detection` event content (SPEC §10.4); `None` for [`Detection::None`].
+/// The `middleware:loop_detection` event content (docs/events.md#the-loop-detection-event); `None` for [`Detection::None`].
 pub fn loop_event_content(
     detection: &Detection,
     is_subagent: bool,
@@ -463,7 +463,7 @@ fn call_set_hash(calls: &[ToolCall]) -> u64 {
     hasher.finish()
 }
 
-/// The part of a call's arguments that says what it acts on (SPEC §10.2).
+/// The part of a call's arguments that says what it acts on (docs/events.md#loop-detection).
 fn stable_key(name: &str, args: &Value) -> String {
     // Some providers send the arguments as a JSON string.
     let parsed;

@@ -1,4 +1,4 @@
-//! Guards that stop an agent before it runs away (SPEC §10).
+//! Guards that stop an agent before it runs away (docs/events.md#loop-detection).
 //!
 //! Everything here is pure, synchronous bookkeeping: the agent loop feeds each model
 //! response ([`LoopDetector::after_model`]) and its usage ([`TokenBudget::observe`]) in,

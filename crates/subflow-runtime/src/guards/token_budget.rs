@@ -1,9 +1,9 @@
-//! The token budget (SPEC §10.5): warn as a run or subagent execution nears its token
+//! The token budget (docs/events.md#other-guards): warn as a run or subagent execution nears its token
 //! limits, and force a final answer once it reaches them.
 
 use serde::{Deserialize, Serialize};
 
-/// `token_budget.*` (SPEC §10.5).
+/// `token_budget.*` (docs/events.md#other-guards).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct TokenBudgetConfig {
@@ -38,7 +38,7 @@ impl Default for TokenBudgetConfig {
 const MIN_MAX_TOKENS: u64 = 1000;
 
 impl TokenBudgetConfig {
-    /// Checks the §10.5 rules; the error names the offending key.
+    /// Checks the rules of docs/configuration.md#ranges-and-rules; the error names the offending key.
     pub fn validate(&self) -> Result<(), String> {
         if self.max_tokens < MIN_MAX_TOKENS {
             return Err(format!(

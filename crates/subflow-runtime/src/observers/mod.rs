@@ -1,4 +1,4 @@
-//! Extension observers (SPEC §11): in-process [`TaskObserver`]s and webhooks told when a
+//! Extension observers (docs/events.md#observers): in-process [`TaskObserver`]s and webhooks told when a
 //! lead run or a subagent execution starts and stops.
 //!
 //! Delivery goes through an [`ObserverSet`], an immutable, cheaply cloned snapshot:
@@ -11,11 +11,11 @@
 //!   observers and webhooks; whatever is running when it is spent is cut off, and
 //!   whatever is reached after it is skipped with a warning;
 //! * a [`TaskInfo`] with an empty `run_id` (library embedding, batch items) triggers no
-//!   notification at all (§11.2 "No run id").
+//!   notification at all (docs/events.md#observers).
 //!
-//! The outcome enum is called [`ObserverOutcome`] rather than the spec's `TaskOutcome`,
+//! The outcome enum is called [`ObserverOutcome`] rather than the documented `TaskOutcome`,
 //! because `subflow_contracts::task_result::TaskOutcome` already names the task tool's
-//! result; the variants and strings are the spec's.
+//! result; the variants and strings are those of docs/events.md#observers.
 
 mod webhook;
 
@@ -35,7 +35,7 @@ pub use webhook::{
     EVENT_HEADER, SIGNATURE_HEADER, WebhookConfig, WebhookError, WebhookObserver, signature,
 };
 
-/// The shared budget of one hook call (SPEC §11.2).
+/// The shared budget of one hook call (docs/events.md#observers).
 pub const DEFAULT_HOOK_BUDGET: Duration = Duration::from_millis(3000);
 
 /// The `agent_name` of a lead run's [`TaskInfo`].
@@ -60,7 +60,7 @@ impl TaskKind {
     }
 }
 
-/// How a task ended (the spec's `TaskOutcome`, renamed to avoid the contracts clash).
+/// How a task ended (the documented `TaskOutcome`, renamed to avoid the contracts clash).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ObserverOutcome {
     /// The task finished successfully.
@@ -82,7 +82,7 @@ impl ObserverOutcome {
     }
 
     /// A lead run's outcome: `aborted` when interrupted, `completed` on success,
-    /// `failed` otherwise (SPEC §11.1).
+    /// `failed` otherwise (docs/events.md#observers).
     pub const fn for_lead(status: RunStatus) -> Self {
         match status {
             RunStatus::Interrupted => ObserverOutcome::Aborted,
@@ -92,7 +92,7 @@ impl ObserverOutcome {
     }
 
     /// A subagent's outcome: `aborted` for cancelled, `completed` for completed,
-    /// `failed` for everything else (SPEC §11.1).
+    /// `failed` for everything else (docs/events.md#observers).
     pub const fn for_subagent(status: SubagentStatus) -> Self {
         match status {
             SubagentStatus::Cancelled => ObserverOutcome::Aborted,
@@ -108,7 +108,7 @@ impl fmt::Display for ObserverOutcome {
     }
 }
 
-/// What observers are told about a task (SPEC §11.1).
+/// What observers are told about a task (docs/events.md#observers).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskInfo {
     /// The run id for a lead run; the execution id (never the tool_call_id) for a subagent.
@@ -128,7 +128,7 @@ pub struct TaskInfo {
 }
 
 impl TaskInfo {
-    /// The info of a lead run, filled in per the §11.1 table.
+    /// The info of a lead run, filled in per the table of docs/events.md#observers.
     pub fn lead(run_id: impl Into<String>, thread_id: impl Into<String>, resumed: bool) -> Self {
         let run_id = run_id.into();
         TaskInfo {
@@ -142,7 +142,7 @@ impl TaskInfo {
         }
     }
 
-    /// The info of a subagent execution, filled in per the §11.1 table.
+    /// The info of a subagent execution, filled in per the table of docs/events.md#observers.
     pub fn subagent(
         execution_id: impl Into<String>,
         run_id: impl Into<String>,
@@ -162,7 +162,7 @@ impl TaskInfo {
         }
     }
 
-    /// Whether notifications apply: executions without a run id get none (SPEC §11.2).
+    /// Whether notifications apply: executions without a run id get none (docs/events.md#observers).
     pub fn is_observable(&self) -> bool {
         !self.run_id.is_empty()
     }
@@ -285,7 +285,7 @@ struct Inner {
 /// An immutable snapshot of the registered observers and webhooks; clone it at run start.
 ///
 /// The `with_*` builders copy on write, so a clone already handed to a run never sees
-/// later registrations (SPEC §11.2 "Snapshot"). Counters are shared by all clones.
+/// later registrations (docs/events.md#observers "Snapshot"). Counters are shared by all clones.
 #[derive(Clone)]
 pub struct ObserverSet {
     inner: Arc<Inner>,
@@ -577,7 +577,7 @@ impl Drop for ObservedTask {
             return;
         }
         // Reached when the task panicked or its future was dropped: the stop is still
-        // owed (SPEC §11.2 "every exit path"), and Drop cannot await.
+        // owed (docs/events.md#observers "every exit path"), and Drop cannot await.
         let set = self.set.clone();
         let info = self.info.clone();
         let outcome = self.drop_outcome;

@@ -1,4 +1,4 @@
-//! The webhook observer (SPEC §11.3): one signed JSON `POST` per hook call, never
+//! The webhook observer (docs/events.md#webhooks): one signed JSON `POST` per hook call, never
 //! retried.
 
 use std::collections::BTreeMap;
@@ -83,7 +83,7 @@ pub enum WebhookError {
     Status(u16),
 }
 
-/// Posts task events to one URL (SPEC §11.3); register it with
+/// Posts task events to one URL (docs/events.md#webhooks); register it with
 /// [`ObserverSet::with_webhook`](super::ObserverSet::with_webhook).
 pub struct WebhookObserver {
     url: reqwest::Url,

@@ -1,9 +1,9 @@
-//! Subagent executions outside any run: one attempt of a durable batch item (SPEC §12.9).
+//! Subagent executions outside any run: one attempt of a durable batch item (docs/batches.md#running-an-item).
 //!
 //! They share the executor, guards and models with `task`, and differ only in what they
 //! leave behind: no task events, no `middleware:loop_detection` records, no observer
-//! notifications (SPEC §12.12), and usage counted in `subflow_tokens_total` under the
-//! `batch` caller instead of a parent journal. Each still gets its own trace (SPEC §9.2).
+//! notifications (docs/batches.md#observability), and usage counted in `subflow_tokens_total` under the
+//! `batch` caller instead of a parent journal. Each still gets its own trace (docs/operations.md#langfuse-and-otlp).
 //! Admission is the caller's: a batch worker admits before it marks the item running.
 
 use std::panic::AssertUnwindSafe;

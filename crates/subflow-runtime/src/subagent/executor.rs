@@ -1,5 +1,5 @@
 //! The subagent executor: one subagent's model and tool loop under its timeout and
-//! cancellation, ending with exactly one terminal status (SPEC §3.6).
+//! cancellation, ending with exactly one terminal status (docs/events.md#terminal-statuses).
 //!
 //! It runs from what it is handed — definition, model, prompt, workspace, guards, trace
 //! and, for `task` calls only, the task's event sink — and needs no run: a `task` call
@@ -26,7 +26,7 @@ use crate::tool_table::{ToolKind, ToolTable};
 use crate::tools::{ToolError, Workspace, answer};
 use crate::usage::Collector;
 
-/// How an execution ended; the first write wins (SPEC §10.5).
+/// How an execution ended; the first write wins (docs/events.md#other-guards).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Terminal {
     pub status: SubagentStatus,
@@ -49,7 +49,7 @@ impl Terminal {
 }
 
 /// Where a `task` execution's steps and loop audits go: the live task events and the
-/// parent run's journal. Batch items have none (SPEC §12.12).
+/// parent run's journal. Batch items have none (docs/batches.md#observability).
 #[derive(Debug)]
 pub(crate) struct TaskEvents {
     pub emitter: Arc<TaskEmitter>,
@@ -64,7 +64,7 @@ pub(crate) struct ExecutionIdentity {
     pub scope_id: String,
     /// The server-side execution id; it keys the loop detector and usage records.
     pub execution_id: Uuid,
-    /// The 8-hex delegation id of log lines (SPEC §8.3).
+    /// The 8-hex delegation id of log lines (docs/operations.md#trace-ids).
     pub short_trace: String,
     /// How log lines name the execution, e.g. `task call_…`.
     pub label: String,
@@ -169,7 +169,7 @@ impl Execution {
             }
             let run = self.events.as_ref().map(|events| events.run.clone());
             let (ai, stopped) = self.guards.after_model(&guard_key, ai, |content| {
-                // Only a task has a parent journal to audit into (SPEC §10.4).
+                // Only a task has a parent journal to audit into (docs/events.md#the-loop-detection-event).
                 if let Some(run) = &run {
                     JournalProxy::new(&run.journal).loop_detection(content);
                 }

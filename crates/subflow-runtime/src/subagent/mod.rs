@@ -1,8 +1,8 @@
-//! Subagents: their definitions (SPEC §1.4), the executor that runs one subagent's
+//! Subagents: their definitions (docs/configuration.md#subagents-and-tools), the executor that runs one subagent's
 //! model and tool loop (`executor`), the `task` tool's supervisor that admits it, watches
 //! it, reports its usage once and turns its end into events and the ToolMessage contract
-//! (`task`, SPEC §3, §4), and executions outside any run, as durable batch items run
-//! them (`detached`, SPEC §12.9) from a batch's snapshot (`spec`).
+//! (`task`, docs/events.md#the-task-tool, docs/events.md#tool-result-contract), and executions outside any run, as durable batch items run
+//! them (`detached`, docs/batches.md#running-an-item) from a batch's snapshot (`spec`).
 
 mod detached;
 mod executor;
@@ -20,7 +20,7 @@ pub(crate) use executor::error_fallback;
 pub use spec::{EXECUTION_SPEC_VERSION, ExecutionSpec, SpecError, SubmittedBy};
 pub(crate) use task::run_task;
 
-/// A subagent type the lead may delegate to (SPEC §1.4).
+/// A subagent type the lead may delegate to (docs/configuration.md#subagents-and-tools).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SubagentDefinition {

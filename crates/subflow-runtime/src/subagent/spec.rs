@@ -1,4 +1,4 @@
-//! The `execution_spec` of a durable batch (SPEC §12.3): the worker-only snapshot of who
+//! The `execution_spec` of a durable batch (docs/batches.md#data-model): the worker-only snapshot of who
 //! submitted it, what the subagent may do, which model it runs on and the run's trace
 //! id. The `batch_task` tool writes it at submit; a worker rebuilds each item's
 //! subagent from it, so a later configuration change never alters a submitted batch.
@@ -26,7 +26,7 @@ pub struct ExecutionSpec {
     pub run_id: Option<String>,
     /// The `batch_task` call.
     pub tool_call_id: Option<String>,
-    /// The submitting run's trace id (SPEC §8.2).
+    /// The submitting run's trace id (docs/operations.md#trace-ids).
     pub trace_id: String,
     /// The subagent definition, its `tools` resolved to the workspace tools it was
     /// allowed at submit: the items' permissions.

@@ -1,6 +1,6 @@
 //! The `task` tool's supervisor: it admits one execution, watches it under the safety
-//! net (SPEC §3.7) and the parent's cancellation (SPEC §3.8), reports its usage once, and
-//! turns its end into the terminal task event and the ToolMessage contract (SPEC §3, §4).
+//! net (docs/events.md#the-safety-net) and the parent's cancellation (docs/events.md#parent-cancellation), reports its usage once, and
+//! turns its end into the terminal task event and the ToolMessage contract (docs/events.md#the-task-tool, docs/events.md#tool-result-contract).
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,7 +26,7 @@ use crate::spans::{AgentTrace, SpanLink, TraceIdentity, subagent_trace_name, tra
 use crate::usage::Collector;
 
 /// Runs one `task` call to its end. Returns its ToolMessage, or `None` when the parent
-/// run was cancelled meanwhile (the card then resolves by the pending rule, SPEC §3.8).
+/// run was cancelled meanwhile (the card then resolves by the pending rule, docs/events.md#parent-cancellation).
 pub(crate) async fn run_task(
     runtime: &Runtime,
     run: &Arc<RunContext>,
@@ -79,7 +79,7 @@ pub(crate) async fn run_task(
     message
 }
 
-/// The trace of one subagent execution (SPEC §9.2), when spans are exported: session
+/// The trace of one subagent execution (docs/operations.md#langfuse-and-otlp), when spans are exported: session
 /// and user of the parent run, `subagent:<name>`, and a link to the lead's tool span.
 fn subagent_trace(
     runtime: &Runtime,
@@ -319,7 +319,7 @@ fn runtime_report(run: &RunContext, collector: &Collector) {
     run.journal.report_external(&collector.snapshot());
 }
 
-/// SPEC §3.8: cancel the subagent, wait (shielded) for its terminal status, record
+/// docs/events.md#parent-cancellation: cancel the subagent, wait (shielded) for its terminal status, record
 /// `cancelled` if none came, report usage once, emit `task_cancelled` (or the status
 /// recorded first), and write no ToolMessage.
 async fn parent_cancelled(

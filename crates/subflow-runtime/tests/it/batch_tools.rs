@@ -1,4 +1,4 @@
-//! The lead's durable-batch tools (SPEC §12.8) end to end: the scripted lead calls them,
+//! The lead's durable-batch tools (docs/batches.md#tools) end to end: the scripted lead calls them,
 //! the store holds what they submitted, and bad input is refused with the exact text
 //! and nothing written.
 

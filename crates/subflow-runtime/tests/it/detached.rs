@@ -81,7 +81,7 @@ async fn a_detached_execution_works_in_the_thread_workspace_and_leaves_no_run_be
     let written = h._dir.path().join("workspaces/t1/out.md");
     assert_eq!(std::fs::read_to_string(written).unwrap(), "found");
 
-    // No run, no events, no thread: an item writes nothing a run would (SPEC §12.12).
+    // No run, no events, no thread: an item writes nothing a run would (docs/batches.md#observability).
     let mut query = EventQuery::run("t1", "r0");
     query.limit = 100;
     assert!(h.store.list_events(&query).await.unwrap().is_empty());

@@ -143,7 +143,7 @@ pub fn custom_payloads(outputs: &[RunOutput]) -> Vec<serde_json::Value> {
         .collect()
 }
 
-/// A harness whose scripted model follows `rules` (SPEC §1.3 script format).
+/// A harness whose scripted model follows `rules` (docs/configuration.md#models script format).
 pub fn scripted_harness(rules: Value, tweak: impl FnOnce(&mut RuntimeConfig)) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("script.json");

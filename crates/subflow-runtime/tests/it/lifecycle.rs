@@ -1,7 +1,7 @@
 //! A run's own records and live output as LangGraph clients read them: `run.start`
-//! first, exactly one `run.end` mirroring each terminal status (SPEC §5.2, the
+//! first, exactly one `run.end` mirroring each terminal status (docs/events.md#catalogue, the
 //! reference's 2.1 contract), every message with one id from input to state, the AI
-//! chunks sharing it, and one `updates` item per lead step (SPEC §2.3, §2.4).
+//! chunks sharing it, and one `updates` item per lead step (docs/api.md#objects, docs/api.md#sse-frames).
 
 use std::collections::BTreeSet;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! The lead's loop detection across runs: its state is kept per thread for the life of
 //! the process, and the least recently used thread is forgotten past
-//! `loop_detection.max_tracked_threads` (SPEC §10.1, §10.2).
+//! `loop_detection.max_tracked_threads` (docs/events.md#loop-detection).
 
 use serde_json::json;
 

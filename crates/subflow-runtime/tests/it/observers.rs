@@ -1,4 +1,4 @@
-//! Extension observers (SPEC §11): order, isolation, the shared budget, the "no run id"
+//! Extension observers (docs/events.md#observers): order, isolation, the shared budget, the "no run id"
 //! rule, and the signed webhook against a local receiver.
 
 use std::collections::HashMap;

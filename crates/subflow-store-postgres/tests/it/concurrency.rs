@@ -1,4 +1,4 @@
-//! Several processes appending to one thread at once (SPEC §5.1: `seq` allocation must
+//! Several processes appending to one thread at once (docs/events.md#envelope: `seq` allocation must
 //! be safe across processes).
 //!
 //! The parent test re-executes this test binary as child processes that run only

@@ -1,4 +1,4 @@
-//! The batch and item state machine of SPEC §12.4 and §12.5, as functions on loaded
+//! The batch and item state machine of docs/batches.md#batch-states, docs/batches.md#item-states, as functions on loaded
 //! records. Every backend applies these inside its transaction (batch row locked before
 //! item rows) and writes back what changed; each function keeps the batch's `counts`
 //! equal to its items' statuses by moving exactly one item between two counts.

@@ -1,4 +1,4 @@
-//! Conformance cases of [`AuthStore`](crate::AuthStore): users and tokens (SPEC §13).
+//! Conformance cases of [`AuthStore`](crate::AuthStore): users and tokens (docs/api.md#auth-and-ownership).
 //!
 //! [`conformance_tests!`](crate::conformance_tests) expands these through
 //! [`auth_conformance_tests!`](crate::auth_conformance_tests), so every backend runs them.

@@ -1,5 +1,5 @@
 //! Conformance cases of [`CheckpointStore`](crate::CheckpointStore): thread state
-//! checkpoints (SPEC §2.3).
+//! checkpoints (docs/api.md#objects).
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
 //! Conformance cases of [`EventStore`](crate::EventStore): appends, `seq`, queries,
-//! the message projection and the contracts (SPEC §5, §6).
+//! the message projection and the contracts (docs/events.md#run-events, docs/api.md#run-events).
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -581,7 +581,7 @@ pub async fn a_full_run_history_conforms_to_both_contracts(store: Arc<dyn Store>
     }
 }
 
-/// A record keeps the `created_at` its producer gave it (SPEC §5.1): a batch written
+/// A record keeps the `created_at` its producer gave it (docs/events.md#envelope): a batch written
 /// later, or flushed with records of other moments, says when each event happened.
 pub async fn created_at_is_when_the_event_happened(store: Arc<dyn Store>) {
     let moments = [

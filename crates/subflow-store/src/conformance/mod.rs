@@ -1,4 +1,4 @@
-//! The one conformance suite every backend runs (SPEC §5, §6, §16 items 31–36, 45).
+//! The one conformance suite every backend runs (docs/events.md#run-events, docs/api.md#run-events, docs/operations.md#storage).
 //!
 //! A backend's integration tests invoke [`conformance_tests!`](crate::conformance_tests)
 //! with an async factory returning a fresh, empty [`Fixture`]; the macro expands to one

@@ -1,4 +1,4 @@
-//! Conformance cases of [`RecordStore`](crate::RecordStore): threads and runs (SPEC §2.3, §7.2).
+//! Conformance cases of [`RecordStore`](crate::RecordStore): threads and runs (docs/api.md#objects, docs/usage-and-cost.md#run-buckets).
 
 use std::sync::Arc;
 

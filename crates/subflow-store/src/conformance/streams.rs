@@ -1,5 +1,5 @@
 //! Conformance cases of [`StreamStore`](crate::StreamStore): run stream logs, leases,
-//! orphan recovery and cancel requests (SPEC §2.5, §2.6).
+//! orphan recovery and cancel requests (docs/api.md#resume-and-rejoin, docs/api.md#cancel).
 //!
 //! [`conformance_tests!`](crate::conformance_tests) expands these through
 //! [`stream_conformance_tests!`](crate::stream_conformance_tests), so every backend runs them.

@@ -1,5 +1,5 @@
 //! Conformance cases of [`EventStore::task_summaries`](crate::EventStore::task_summaries)
-//! (SPEC §6.1): every backend counts what a card lists, exactly as the memory store and
+//! (docs/api.md#task-summaries): every backend counts what a card lists, exactly as the memory store and
 //! the card rules (`task_card::display_steps` over the `/events` backfill) do.
 
 use std::sync::Arc;

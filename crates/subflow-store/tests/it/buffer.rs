@@ -1,4 +1,4 @@
-//! The per-run buffer, retry queue and spill file (SPEC §5.4), driven on paused time.
+//! The per-run buffer, retry queue and spill file (docs/events.md#buffering-and-durability), driven on paused time.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

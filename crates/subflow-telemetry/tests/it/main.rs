@@ -25,7 +25,7 @@ pub struct Harness {
     _dir: tempfile::TempDir,
 }
 
-/// The run's trace id in these tests (SPEC §8.2), i.e. `deerflow_trace_id`.
+/// The run's trace id in these tests (docs/operations.md#trace-ids), i.e. `deerflow_trace_id`.
 pub const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 
 /// A runtime that exports spans into `sink` (none when `None`), with `env:test` tags.

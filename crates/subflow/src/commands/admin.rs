@@ -1,4 +1,4 @@
-//! What `subflow users` and `subflow tokens` share (SPEC §13): the database they
+//! What `subflow users` and `subflow tokens` share (docs/api.md#auth-and-ownership): the database they
 //! administer, found the way `serve` finds it (`--config` / `$SUBFLOW_CONFIG` /
 //! `./subflow.toml`, `SUBFLOW__…` variables, `--database-url`); it must exist (a missing
 //! SQLite file is an error naming `subflow migrate`, never created) and is migrated on

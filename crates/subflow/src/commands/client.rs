@@ -1,6 +1,6 @@
 //! The HTTP client of the client commands (`tail`, `usage`, `batches`): the gateway at `SUBFLOW_URL`
 //! (default `http://127.0.0.1:8001`), with `Authorization: Bearer $SUBFLOW_TOKEN` when the
-//! variable is set (SPEC §1.1, §13).
+//! variable is set (docs/operations.md#commands, docs/api.md#auth-and-ownership).
 
 use std::time::Duration;
 

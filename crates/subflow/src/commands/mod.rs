@@ -18,7 +18,7 @@ pub mod worker;
 
 use clap::Args as ClapArgs;
 
-/// Ends the command with a chosen exit code (SPEC §1.1) after printing its message.
+/// Ends the command with a chosen exit code (docs/operations.md#commands) after printing its message.
 #[derive(Debug, thiserror::Error)]
 #[error("{message}")]
 pub struct Exit {

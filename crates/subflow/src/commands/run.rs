@@ -1,4 +1,4 @@
-//! `subflow run PROMPT [--thread] [--model] [--follow]` (SPEC §1.1): starts a run through
+//! `subflow run PROMPT [--thread] [--model] [--follow]` (docs/operations.md#commands): starts a run through
 //! the gateway and prints its answer on stdout; `--follow` streams the lead's text to
 //! stdout as it arrives and draws the task cards of `subflow tail` on stderr. Ctrl-C
 //! cancels the run.

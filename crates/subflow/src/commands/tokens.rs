@@ -1,4 +1,4 @@
-//! `subflow tokens create|list|revoke` (SPEC §13). A token is `sf_` + 43 base64url
+//! `subflow tokens create|list|revoke` (docs/api.md#auth-and-ownership). A token is `sf_` + 43 base64url
 //! characters (32 bytes from the OS random source). `create` prints it once on stdout;
 //! the database only ever holds its SHA-256 digest, and `list` shows metadata only.
 

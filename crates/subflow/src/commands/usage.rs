@@ -1,4 +1,4 @@
-//! `subflow usage THREAD [--json]` (SPEC §15.2): a thread's token usage and cost from
+//! `subflow usage THREAD [--json]` (docs/workspace.md#in-the-terminal): a thread's token usage and cost from
 //! `GET /api/threads/{id}/token-usage` — totals, `by_caller`, `by_model` with a cost
 //! column, the cost total and currency, what stopped runs and batch items spent beside
 //! them, and the context usage. `--json` prints the response unchanged.
@@ -138,7 +138,7 @@ fn report(usage: &Value) -> String {
     if let Some(line) = stopped_runs_line(&usage["stopped_runs"]) {
         let _ = writeln!(out, "{line}");
     }
-    // Batch items stay out of every total above (SPEC §12.12); their spend is beside them.
+    // Batch items stay out of every total above (docs/batches.md#observability); their spend is beside them.
     if let Some(batches) = usage
         .get("batches")
         .filter(|b| b["items"].as_u64() > Some(0))

@@ -1,4 +1,4 @@
-//! `subflow users add|list|disable` (SPEC §13): direct administration of the users
+//! `subflow users add|list|disable` (docs/api.md#auth-and-ownership): direct administration of the users
 //! that tokens belong to. Threads record their owner's user id.
 
 use serde_json::{Value, json};

@@ -1,5 +1,5 @@
 //! `subflow worker`: a batch worker without the gateway, for more machines sharing one
-//! PostgreSQL database (SPEC §1.1, §12.1). On SQLite batches run only inside the single
+//! PostgreSQL database (docs/operations.md#commands, docs/batches.md#overview). On SQLite batches run only inside the single
 //! `serve` process, so it refuses to start there with exit code 2.
 
 use std::sync::Arc;

@@ -139,7 +139,7 @@ pub fn build_observers(
     Ok(observers)
 }
 
-/// The span exporters of `tracing.*` (SPEC §9.1): Langfuse when enabled, with its key
+/// The span exporters of `tracing.*` (docs/operations.md#langfuse-and-otlp): Langfuse when enabled, with its key
 /// pair read from the variables `public_key_env` and `secret_key_env` name, and a generic
 /// OTLP exporter when `tracing.otlp.endpoint` is set.
 pub fn build_exporters(

@@ -1,4 +1,4 @@
-//! The typed configuration of `subflow` (SPEC §1.2, STYLE §3.3): defaults, then
+//! The typed configuration of `subflow` (docs/configuration.md#sources): defaults, then
 //! `subflow.toml`, then `SUBFLOW__SECTION__KEY` environment variables, then command-line
 //! flags, validated at startup with messages that name the key.
 //!
@@ -72,11 +72,11 @@ pub struct Config {
     pub subagent_runtime: AdmissionConfig,
     /// `[[models]]`; the first is the default.
     pub models: Vec<ModelConfig>,
-    /// `loop_detection.*` (SPEC §10.1).
+    /// `loop_detection.*` (docs/events.md#loop-detection).
     pub loop_detection: LoopDetectionConfig,
-    /// `token_budget.*` (SPEC §10.5).
+    /// `token_budget.*` (docs/events.md#other-guards).
     pub token_budget: TokenBudgetConfig,
-    /// `subagent_batches.*` (SPEC §12.10).
+    /// `subagent_batches.*` (docs/batches.md#configuration).
     pub subagent_batches: SubagentBatchesConfig,
     /// `observers.*`.
     pub observers: ObserversConfig,
@@ -156,7 +156,7 @@ impl Default for ServerConfig {
     }
 }
 
-/// `auth.*` (SPEC §13).
+/// `auth.*` (docs/api.md#auth-and-ownership).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AuthConfig {
@@ -164,7 +164,7 @@ pub struct AuthConfig {
     pub mode: AuthMode,
 }
 
-/// How requests are authenticated (SPEC §13).
+/// How requests are authenticated (docs/api.md#auth-and-ownership).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum AuthMode {
@@ -194,7 +194,7 @@ impl Default for DatabaseConfig {
     }
 }
 
-/// `streams.*` (SPEC §2.5).
+/// `streams.*` (docs/api.md#resume-and-rejoin).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct StreamsConfig {
@@ -213,7 +213,7 @@ impl Default for StreamsConfig {
     }
 }
 
-/// `runs.*` (SPEC §2.6).
+/// `runs.*` (docs/api.md#cancel).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunsConfig {
@@ -251,7 +251,7 @@ impl Default for LeadConfig {
     }
 }
 
-/// `token_usage.*` (SPEC §7.5).
+/// `token_usage.*` (docs/api.md#token-usage-and-models).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TokenUsageConfig {
@@ -265,7 +265,7 @@ impl Default for TokenUsageConfig {
     }
 }
 
-/// `run_events.*` (SPEC §5.4).
+/// `run_events.*` (docs/events.md#buffering-and-durability).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct RunEventsConfig {
@@ -287,7 +287,7 @@ impl Default for RunEventsConfig {
     }
 }
 
-/// `logging.*` (SPEC §8.4).
+/// `logging.*` (docs/operations.md#logging).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct LoggingConfig {
@@ -327,7 +327,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// `tracing.*` (SPEC §9).
+/// `tracing.*` (docs/operations.md#langfuse-and-otlp).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TracingConfig {
@@ -418,7 +418,7 @@ impl Default for SubagentsConfig {
     }
 }
 
-/// One `[[models]]` entry (SPEC §1.3).
+/// One `[[models]]` entry (docs/configuration.md#models).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelConfig {
@@ -459,7 +459,7 @@ pub struct ModelConfig {
     /// Pause between streamed pieces of built-in answers (scripted models only).
     #[serde(default = "default_demo_delay_ms")]
     pub demo_delay_ms: u64,
-    /// Prices for cost reporting (SPEC §7.4).
+    /// Prices for cost reporting (docs/usage-and-cost.md#cost).
     #[serde(default)]
     pub pricing: Option<Pricing>,
 }
@@ -530,7 +530,7 @@ impl Provider {
     }
 }
 
-/// `models[].pricing` (SPEC §7.4), prices per million tokens.
+/// `models[].pricing` (docs/usage-and-cost.md#cost), prices per million tokens.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Pricing {
@@ -556,7 +556,7 @@ fn upper_case<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::E
     String::deserialize(deserializer).map(|currency| currency.to_uppercase())
 }
 
-/// `subagent_batches.*` (SPEC §12.10).
+/// `subagent_batches.*` (docs/batches.md#configuration).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SubagentBatchesConfig {
@@ -602,7 +602,7 @@ impl Default for SubagentBatchesConfig {
     }
 }
 
-/// `observers.*` (SPEC §11.3).
+/// `observers.*` (docs/events.md#webhooks).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ObserversConfig {
@@ -624,7 +624,7 @@ pub struct WebhookEntry {
     pub headers: BTreeMap<String, String>,
 }
 
-/// `metrics.*` (SPEC §15.1).
+/// `metrics.*` (docs/operations.md#metrics).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MetricsConfig {
@@ -657,12 +657,10 @@ impl Default for WebConfig {
     }
 }
 
-/// `tools.*` (SPEC §1.4).
+/// `tools.*` (docs/configuration.md#subagents-and-tools).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ToolsConfig {
     /// Base of the thread workspaces; `<data dir>/workspaces` when absent.
     pub workspace_root: Option<PathBuf>,
-    /// Adds the `bash` tool and subagent.
-    pub allow_host_bash: bool,
 }

@@ -1,4 +1,4 @@
-//! The rules a loaded configuration must follow (SPEC §1.2, §1.3, §10, §12.10, §13).
+//! The rules a loaded configuration must follow (docs/configuration.md#sources, docs/configuration.md#models, docs/events.md#loop-detection, docs/batches.md#configuration, docs/api.md#auth-and-ownership).
 //! Each failure names its key and says what would be accepted.
 
 use std::collections::HashMap;
@@ -7,10 +7,10 @@ use std::net::SocketAddr;
 
 use super::{AuthMode, Config, ConfigError, ModelConfig, Provider, SubagentBatchesConfig};
 
-/// Tools a subagent never gets (SPEC §1.4).
+/// Tools a subagent never gets (docs/configuration.md#subagents-and-tools).
 const LEAD_ONLY_TOOLS: [&str; 4] = ["task", "batch_task", "batch_status", "cancel_batch"];
 
-/// The exact startup error of SPEC §13.
+/// The exact startup error of docs/api.md#auth-and-ownership.
 const LOCAL_MODE_NEEDS_LOOPBACK: &str = "auth.mode=local requires a loopback listen address";
 
 impl Config {

@@ -1,5 +1,5 @@
 //! `subflow users` and `subflow tokens` over a real SQLite file, and their tokens
-//! against a real `subflow serve` in token mode (SPEC §13).
+//! against a real `subflow serve` in token mode (docs/api.md#auth-and-ownership).
 
 use std::path::Path;
 use std::process::{Command, Output};

@@ -1,4 +1,4 @@
-//! Durable batches across real processes (SPEC §12): `subflow worker` refuses SQLite,
+//! Durable batches across real processes (docs/batches.md): `subflow worker` refuses SQLite,
 //! `serve --no-worker` leaves batches to others, and batches survive `kill -9` — of a
 //! worker on PostgreSQL while another worker carries on, and of the single `serve` on
 //! SQLite, restarted on the same file.

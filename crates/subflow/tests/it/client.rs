@@ -1,4 +1,4 @@
-//! `subflow tail` and `subflow usage` against a real `subflow serve` (SPEC §15.2).
+//! `subflow tail` and `subflow usage` against a real `subflow serve` (docs/workspace.md#in-the-terminal).
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

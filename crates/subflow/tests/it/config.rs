@@ -1,4 +1,4 @@
-//! The configuration (SPEC §1.2): defaults, layering, validation messages that name the
+//! The configuration (docs/configuration.md#sources): defaults, layering, validation messages that name the
 //! key, model building, and `subflow config default|check` with their exit codes.
 
 use std::collections::HashMap;
@@ -195,7 +195,6 @@ fn the_defaults_are_those_of_the_spec() {
     assert!(config.metrics.enabled && !config.metrics.public);
     assert!(config.web.enabled);
     assert_eq!(config.tools.workspace_root, None);
-    assert!(!config.tools.allow_host_bash);
     assert_eq!(config.validate(), Ok(()));
 }
 
@@ -209,6 +208,30 @@ fn an_empty_file_gives_the_defaults() {
 fn the_printed_example_loads_back_as_the_defaults() {
     let fixture = Fixture::new(api::EXAMPLE);
     assert_eq!(fixture.load(&[], &[]), Ok(Config::default()));
+}
+
+/// The example's commented-out subagent definition loads once uncommented, and says
+/// "required" on exactly the keys whose removal makes it fail.
+#[test]
+fn the_example_definition_marks_its_required_keys() {
+    let block: Vec<&str> = api::EXAMPLE
+        .lines()
+        .skip_while(|line| *line != "# [[subagents.definitions]]")
+        .take_while(|line| line.starts_with("# "))
+        .map(|line| &line[2..])
+        .collect();
+    assert!(block.len() > 3, "the example shows a definition");
+    let load = |lines: &[&str]| Fixture::new(&(lines.join("\n") + "\n")).load(&[], &[]);
+    assert!(load(&block).is_ok(), "{:?}", load(&block));
+    for (index, line) in block.iter().enumerate().skip(1) {
+        let mut without = block.clone();
+        without.remove(index);
+        assert_eq!(
+            load(&without).is_err(),
+            line.contains("required"),
+            "{line}: marked required exactly when the definition needs it"
+        );
+    }
 }
 
 #[test]
@@ -467,6 +490,12 @@ fn unknown_keys_are_rejected_with_their_dotted_path() {
     check_error(
         "[token_budget]\nmax = 3\n",
         "token_budget.max: unknown field",
+    );
+    // Host commands are not offered: a configuration asking for them is refused, not
+    // silently ignored.
+    check_error(
+        "[tools]\nallow_host_bash = true\n",
+        "tools.allow_host_bash: unknown field `allow_host_bash`, expected `workspace_root`",
     );
     let error = Fixture::new("")
         .load(&[("SUBFLOW__SERVER__LISTN", "x")], &[])
@@ -775,7 +804,7 @@ fn span_exporters_follow_tracing_with_langfuse_keys_from_the_environment() {
     let fixture = Fixture::new(
         "[tracing]\nqueue_size = 16\nexport_timeout_seconds = 3\n[tracing.otlp]\nendpoint = 'http://127.0.0.1:4318/v1/traces'\nheaders = { 'x-team' = 'agents' }\n",
     );
-    // LANGFUSE_TRACING and LANGFUSE_BASE_URL are honoured (SPEC §1.2).
+    // LANGFUSE_TRACING and LANGFUSE_BASE_URL are honoured (docs/configuration.md#sources).
     let env = env_map(&[
         ("LANGFUSE_TRACING", "true"),
         ("LANGFUSE_BASE_URL", "https://lf.example"),

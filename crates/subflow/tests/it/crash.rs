@@ -1,4 +1,4 @@
-//! The crash harness (SPEC §2.5, §2.6, §5): `subflow serve` is killed with `kill -9` at
+//! The crash harness (docs/api.md#resume-and-rejoin, docs/api.md#cancel, docs/events.md#run-events): `subflow serve` is killed with `kill -9` at
 //! random moments of a streaming demo run, each time right after the client received a
 //! frame, then restarted (SQLite) or taken over by a second gateway (PostgreSQL). For
 //! every kill:

@@ -2,7 +2,7 @@
 //! process: on SQLite by the restarted `serve`, on PostgreSQL by another `serve` once the
 //! run's lease expired. Every record the run persisted validates against our contract
 //! and both reference versions, and the run has exactly one `run.end`, with status
-//! `error` and `recovered: true` (SPEC §2.6, §5.2).
+//! `error` and `recovered: true` (docs/api.md#cancel, docs/events.md#catalogue).
 
 use std::path::Path;
 use std::process::Child;

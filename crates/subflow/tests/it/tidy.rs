@@ -1,4 +1,4 @@
-//! Repository rules that are checked, not just written down (STYLE §2, ARCHITECTURE.md).
+//! Repository rules that are checked, not just written down (ARCHITECTURE.md).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -254,4 +254,124 @@ fn gateway_handlers_take_paths_and_queries_through_the_json_extractors() {
             );
         }
     }
+}
+
+/// The repository's tracked files by path relative to the root, with their text (None
+/// for binary files).
+fn tracked_files() -> BTreeMap<String, Option<String>> {
+    let output = Command::new("git")
+        .args(["ls-files", "-z"])
+        .current_dir(root())
+        .output()
+        .expect("git ls-files runs");
+    assert!(output.status.success());
+    String::from_utf8(output.stdout)
+        .unwrap()
+        .split('\0')
+        .filter(|path| !path.is_empty())
+        .map(|path| {
+            let text = std::fs::read(root().join(path))
+                .ok()
+                .and_then(|bytes| String::from_utf8(bytes).ok());
+            (path.to_owned(), text)
+        })
+        .collect()
+}
+
+/// The anchors GitHub gives a Markdown file's headings: lowercased, spaces to `-`, every
+/// character but letters, digits, `-` and `_` dropped.
+fn heading_anchors(markdown: &str) -> Vec<String> {
+    let mut in_code = false;
+    let mut anchors = Vec::new();
+    for line in markdown.lines() {
+        if line.starts_with("```") {
+            in_code = !in_code;
+        }
+        if in_code || !line.starts_with('#') {
+            continue;
+        }
+        let title = line.trim_start_matches('#').trim();
+        anchors.push(
+            title
+                .to_lowercase()
+                .chars()
+                .filter_map(|c| match c {
+                    ' ' => Some('-'),
+                    c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
+                    _ => None,
+                })
+                .collect(),
+        );
+    }
+    anchors
+}
+
+/// Every cited `docs/….md#anchor`, repository path and relative Markdown link names a
+/// file (and heading) the repository holds, and nothing cites a numbered section of a
+/// document outside it.
+#[test]
+fn every_reference_points_at_something_in_the_repository() {
+    let files = tracked_files();
+    let path_pattern = regex::Regex::new(
+        r"\b((?:crates|web|scripts|contracts|docs|\.ci)/[A-Za-z0-9_./-]*[A-Za-z0-9_]\.(?:rs|mjs|md|json|sql|toml|css|html|png|py|txt|sh))(#[a-z0-9_-]+)?",
+    )
+    .unwrap();
+    let link_pattern = regex::Regex::new(r"\]\(([^)\s:#]*)(#[a-z0-9_-]+)?\)").unwrap();
+    let section_pattern = regex::Regex::new(r"§\s*\d|\.\./shared/").unwrap();
+    let check = |from: &str, target: &str, anchor: Option<&str>| -> Option<String> {
+        if target.contains("node_modules/") {
+            return None; // installed by scripts/setup, not tracked
+        }
+        let Some(text) = files.get(target) else {
+            return (!root().join(target).is_dir())
+                .then(|| format!("{from}: {target} is not in the repository"));
+        };
+        let anchor = anchor.filter(|_| target.ends_with(".md"))?;
+        let text = text.as_deref().unwrap_or_default();
+        (!heading_anchors(text).iter().any(|a| *a == anchor[1..]))
+            .then(|| format!("{from}: {target} has no heading {anchor}"))
+    };
+    let mut broken = Vec::new();
+    for (path, text) in &files {
+        let Some(text) = text else { continue };
+        for (number, line) in text.lines().enumerate() {
+            let at = format!("{path}:{}", number + 1);
+            if section_pattern.is_match(line) {
+                broken.push(format!("{at}: cites a section outside the repository"));
+            }
+            for found in path_pattern.captures_iter(line) {
+                broken.extend(check(&at, &found[1], found.get(2).map(|m| m.as_str())));
+            }
+            if path.ends_with(".md") {
+                for found in link_pattern.captures_iter(line) {
+                    let target = if found[1].is_empty() {
+                        path.clone()
+                    } else {
+                        normalise(&Path::new(path).parent().unwrap().join(&found[1]))
+                    };
+                    broken.extend(check(&at, &target, found.get(2).map(|m| m.as_str())));
+                }
+            }
+        }
+    }
+    assert!(
+        broken.is_empty(),
+        "broken references:\n{}",
+        broken.join("\n")
+    );
+}
+
+/// `a/b/../c` as `a/c`, without touching the file system.
+fn normalise(path: &Path) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.to_str().unwrap().split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            part => parts.push(part),
+        }
+    }
+    parts.join("/")
 }

@@ -1,4 +1,4 @@
-//! The embedded web workspace as `subflow serve` serves it (SPEC §1.4, §8.1).
+//! The embedded web workspace as `subflow serve` serves it (docs/configuration.md#subagents-and-tools, docs/operations.md#trace-ids).
 
 use std::io::{Read, Write};
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 
-/// SPEC §16 item 78: cancel stops every non-terminal item at once (leases cleared,
+/// docs/batches.md#item-states: cancel stops every non-terminal item at once (leases cleared,
 /// `Cancelled by user`), keeps finished ones, and fences the workers' late writes.
 pub async fn batches_cancel_stops_every_item_at_once_and_fences_late_writes(store: Arc<dyn Store>) {
     let id = submit(&*store, new_batch("a", 5, 3, 2, 3)).await.id;
@@ -54,7 +54,7 @@ pub async fn batches_cancel_stops_every_item_at_once_and_fences_late_writes(stor
     assert_counts_match(&*store, &id).await;
 }
 
-/// SPEC §16 item 79: only failed items retry, never in a cancelled batch; a retry
+/// docs/batches.md#routes: only failed items retry, never in a cancelled batch; a retry
 /// resets the item and revives a finished batch.
 pub async fn batches_retry_revives_a_failed_item_and_its_batch(store: Arc<dyn Store>) {
     let id = submit(&*store, new_batch("a", 2, 2, 2, 1)).await.id;

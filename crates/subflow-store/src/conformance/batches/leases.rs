@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::*;
 
-/// SPEC §16 item 70: 4 items, live 2, running 1 give one lease; counts pending 2,
+/// docs/batches.md#claim-pass: 4 items, live 2, running 1 give one lease; counts pending 2,
 /// queued 1, leased 1. The claimed item carries its prompt, attempt 1 and the pass's
 /// lease owner; the batch is running.
 pub async fn batches_a_claim_promotes_up_to_live_and_leases_up_to_running(store: Arc<dyn Store>) {
@@ -229,7 +229,7 @@ pub async fn batches_claims_share_free_slots_across_batches_in_creation_order(
     assert_counts_match(&*store, &b).await;
 }
 
-/// SPEC §16 item 71: a paused batch gives no claims; pause applies to queued and
+/// docs/batches.md#claim-pass: a paused batch gives no claims; pause applies to queued and
 /// running batches only, resume to paused ones, and the rest are no-ops.
 pub async fn batches_paused_batches_give_no_claims_until_resumed(store: Arc<dyn Store>) {
     let id = submit(&*store, new_batch("a", 2, 2, 2, 3)).await.id;
@@ -337,7 +337,7 @@ pub async fn batches_successes_complete_the_batch_with_their_results(store: Arc<
     assert_counts_match(&*store, &id).await;
 }
 
-/// SPEC §16 item 75: a failure requeues the item while attempts remain (no backoff),
+/// docs/batches.md#item-states: a failure requeues the item while attempts remain (no backoff),
 /// then fails it; a batch with failures and no success fails.
 pub async fn batches_failures_requeue_until_max_attempts_then_fail_the_batch(
     store: Arc<dyn Store>,
@@ -395,7 +395,7 @@ pub async fn batches_failures_requeue_until_max_attempts_then_fail_the_batch(
     );
 }
 
-/// SPEC §16 item 76: failed and succeeded items give `completed`; a paused batch whose
+/// docs/batches.md#batch-states: failed and succeeded items give `completed`; a paused batch whose
 /// last item finishes still completes.
 pub async fn batches_mixed_outcomes_complete_and_paused_batches_still_finish(
     store: Arc<dyn Store>,
@@ -411,7 +411,7 @@ pub async fn batches_mixed_outcomes_complete_and_paused_batches_still_finish(
     assert_eq!(batch.counts, counts(0, 0, 0, 0, [1, 1, 0]));
 }
 
-/// SPEC §16 items 73 and 74: an expired lease is recovered by the next pass; a
+/// docs/batches.md#leases-and-fencing, docs/batches.md#item-states: an expired lease is recovered by the next pass; a
 /// never-started item gets its attempt back; running after expiry is refused; the old
 /// owner's writes change nothing after a reclaim; a running item at `max_attempts`
 /// fails with the lease message.
@@ -493,7 +493,7 @@ pub async fn batches_expired_leases_are_recovered_and_the_old_owner_is_fenced_ou
     assert_counts_match(&*store, &id).await;
 }
 
-/// SPEC §16 item 72: expired leases in a paused batch return to queued and wait for
+/// docs/batches.md#claim-pass: expired leases in a paused batch return to queued and wait for
 /// the resume.
 pub async fn batches_expired_leases_in_paused_batches_requeue_and_wait(store: Arc<dyn Store>) {
     let id = submit(&*store, new_batch("a", 1, 1, 1, 3)).await.id;
@@ -514,7 +514,7 @@ pub async fn batches_expired_leases_in_paused_batches_requeue_and_wait(store: Ar
     assert_eq!(resumed.claimed[0].item.attempt, 2);
 }
 
-/// SPEC §16 items 77 and 82: admission rejection, shutdown before admission and a
+/// docs/batches.md#item-states, docs/batches.md#claim-pass: admission rejection, shutdown before admission and a
 /// drained stale execution requeue the item with their message and give the attempt
 /// back.
 pub async fn batches_releases_give_the_attempt_back_with_their_message(store: Arc<dyn Store>) {

@@ -1,5 +1,5 @@
 //! Conformance cases of [`BatchStore`](crate::BatchStore): durable batches, every
-//! transition of SPEC §12.4 and §12.5, fencing, claims and heartbeats.
+//! transition of docs/batches.md#batch-states, docs/batches.md#item-states, fencing, claims and heartbeats.
 //!
 //! [`conformance_tests!`](crate::conformance_tests) expands these through
 //! [`batch_conformance_tests!`](crate::batch_conformance_tests), so every backend runs

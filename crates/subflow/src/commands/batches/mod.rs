@@ -1,5 +1,5 @@
 //! `subflow batches`: durable batches from the terminal, through the gateway's routes
-//! (SPEC §12.2) at `SUBFLOW_URL` with `SUBFLOW_TOKEN` (SPEC §1.1).
+//! (docs/batches.md#routes) at `SUBFLOW_URL` with `SUBFLOW_TOKEN` (docs/operations.md#commands).
 //!
 //! `submit THREAD --type T --file items.jsonl` (a batch without a lead), `list THREAD`,
 //! `show BATCH` (the items table: key, status, attempt, preview), `watch

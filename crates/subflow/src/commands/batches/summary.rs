@@ -1,6 +1,6 @@
 //! The one-line summary of a batch's progress and spend ("1,204 of 5,000 · 38/min ·
 //! about 1 h 40 min left · $3.12 so far, about $12.90 in all") and its progress
-//! percentage (SPEC §14.2), read from the public batch. The workspace's `batches.mjs`
+//! percentage (docs/workspace.md#batch-panel), read from the public batch. The workspace's `batches.mjs`
 //! applies the same rules; both run the case table `web/batches.cases.json`. Nothing is
 //! computed here that the gateway already computed: the rate, ETA and costs are shown
 //! as the API gives them.

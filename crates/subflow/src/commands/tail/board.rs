@@ -1,6 +1,6 @@
-//! The cards `subflow tail` shows: the SPEC §14.1 rules of `subflow_contracts::task_card`
+//! The cards `subflow tail` shows: the docs/workspace.md#task-card rules of `subflow_contracts::task_card`
 //! (the port of the web UI's `cards.mjs`) applied to one run's frames, each card's JSON
-//! line (SPEC §15.2) and its lines on a terminal.
+//! line (docs/workspace.md#in-the-terminal) and its lines on a terminal.
 
 use std::collections::{HashMap, HashSet};
 

@@ -1,5 +1,5 @@
-//! `subflow tail THREAD [--run RUN] [--json]` (SPEC §15.2): follows a run's stream (modes
-//! `custom` and `values`) and shows one card per task with the §14.1 rules, redrawn in
+//! `subflow tail THREAD [--run RUN] [--json]` (docs/workspace.md#in-the-terminal): follows a run's stream (modes
+//! `custom` and `values`) and shows one card per task with the docs/workspace.md#task-card rules, redrawn in
 //! place on a terminal, else one JSON line per card change. It reconnects with
 //! `Last-Event-ID` and recovers from `gap` by reloading the state and the steps. A run
 //! that had already ended is not followed: its cards are printed once, final, from its
@@ -23,7 +23,7 @@ use super::{Exit, UsageError};
 use board::Board;
 use sse::SseDecoder;
 
-/// Consecutive `gap` recoveries before giving up (SPEC §14.1).
+/// Consecutive `gap` recoveries before giving up (docs/workspace.md#task-card).
 const MAX_GAPS: u32 = 5;
 /// Consecutive failed reconnects before giving up.
 const MAX_RECONNECTS: u32 = 5;
@@ -267,7 +267,7 @@ impl Tail {
         }
     }
 
-    /// Every step of a task from `/events`, paged by `after_seq` (SPEC §14.1).
+    /// Every step of a task from `/events`, paged by `after_seq` (docs/workspace.md#task-card).
     async fn fetch_steps(&self, id: &str) -> anyhow::Result<Vec<task_card::Step>> {
         let mut steps = Vec::new();
         let mut after_seq = None;
@@ -296,7 +296,7 @@ impl Tail {
         Ok(())
     }
 
-    /// SPEC §14.1 gap recovery: live task state is cleared, the state reloaded and backfilled.
+    /// docs/workspace.md#task-card gap recovery: live task state is cleared, the state reloaded and backfilled.
     async fn recover(&mut self) -> anyhow::Result<()> {
         self.board.reset_live();
         let state = self
@@ -312,7 +312,7 @@ impl Tail {
         Ok(())
     }
 
-    /// Follows the stream to `end`, reconnecting and recovering as SPEC §2.5 and §14.1 say.
+    /// Follows the stream to `end`, reconnecting and recovering as docs/api.md#resume-and-rejoin, docs/workspace.md#task-card say.
     async fn follow(&mut self) -> anyhow::Result<()> {
         let (mut gaps, mut failures) = (0, 0);
         loop {
@@ -411,7 +411,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Draws the cards of `run` until it ends, as `show` says; the error carries the exit
-/// code of SPEC §15.2 unless the run succeeded.
+/// code of docs/workspace.md#in-the-terminal unless the run succeeded.
 pub async fn follow_run(
     client: Client,
     thread: String,
@@ -538,7 +538,7 @@ async fn show_finished(
     outcome(record, None)
 }
 
-/// The exit of SPEC §15.2 for a run's final record: 0 for success, 130 when interrupted,
+/// The exit of docs/workspace.md#in-the-terminal for a run's final record: 0 for success, 130 when interrupted,
 /// else 1 with the error.
 fn outcome(record: &Value, stream_error: Option<&str>) -> anyhow::Result<()> {
     let run = record.get("run_id").and_then(Value::as_str).unwrap_or("?");

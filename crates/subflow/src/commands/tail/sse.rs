@@ -1,4 +1,4 @@
-//! Server-sent events from a byte stream (SPEC §2.4): `event`, `data` and `id` fields,
+//! Server-sent events from a byte stream (docs/api.md#sse-frames): `event`, `data` and `id` fields,
 //! frames ended by a blank line, `:` comments (heartbeats) skipped.
 
 use serde_json::Value;
