@@ -7,6 +7,95 @@
 //! This is the only crate that knows HTTP status codes, headers and SSE framing. It
 //! reaches runs through `subflow-runtime` and storage through the `subflow-store`
 //! traits; the caller binds the listener and decides what stops the server.
+//!
+//! # Map
+//!
+//! `openapi.rs`, the successor of the hand-written document: `GET /api/openapi.json` is
+//! generated from the handlers. Each handler carries a `#[utoipa::path]` with its path,
+//! its own path and query types (`ThreadPath`, `RunPath`, `ListParams`, … deriving
+//! `IntoParams`), its body and response types from `subflow_contracts::api`, and the
+//! statuses it answers itself; `api_router()` registers every handler through
+//! `utoipa_axum::routes!`, so the router and the document are one list, and `router()`
+//! adds the fallback and the layers to it. `openapi::complete` adds what the layers
+//! answer to every operation from what it declares — the bearer requirement, 401 and 503
+//! where `auth` looks tokens up (token mode), 403 for a permission
+//! (`x-subflow-permission`) or the local-mode Origin check, 408 and 413 for bodies — so
+//! the document is built once per auth mode and `metrics.public`. SSE operations describe
+//! each event (`RunFrame`: `event`, JSON `data`, `id`), which schemathesis checks event
+//! by event. **A new route** is a handler with `#[utoipa::path(…)]` (its responses and
+//! `extensions(("x-subflow-permission" = json!("…")))`), its bodies in
+//! `subflow_contracts::api` deriving `ToSchema` under `openapi`, its path and query in
+//! structs deriving `IntoParams` and read with `extract::Path` and `extract::Query` (a
+//! bad value is 422 JSON; a typed query field — number, boolean, enum — is read with
+//! `#[serde(default, deserialize_with = "crate::extract::value")]`, so its empty or
+//! unknown values are refused by the one `QueryValue` rule, naming the parameter), and
+//! one `.routes(routes!(…))` line in `api_router`; `scripts/schemathesis` then exercises
+//! it. What keeps the document true where a derive alone would not: request bodies are
+//! objects (`routes::parse_body` refuses anything else, although serde reads a struct
+//! from an array); integers a request carries are read by `api::numbers` (a JSON Schema
+//! `integer` includes `10.0`, serde's `u32` does not) and documented with the reader's
+//! real range; unsupported run options are `type: null`; a header the server reads as
+//! text is `nullable = false`; and `openapi::tests` holds one `check` that asks the
+//! document and the server about the same request bodies and expects one answer.
+//! `app.rs`, the one place the app is assembled: `AppOptions` (a `RuntimeOptions` plus
+//! the gateway's settings, named, with docs/configuration.md#sources defaults) and
+//! `build`, which builds the runtime, the metrics registry it counts into and the
+//! `AppState`; `subflow serve`, the benchmarks and the gateway tests' `spawn_app_with`
+//! build through it. Axum routes (`routes/<resource>.rs`), the SSE framing (`sse.rs`),
+//! the `X-Trace-Id` layer (`trace.rs`) and the one place where failures become status
+//! codes and `{"detail": …}` bodies (`error.rs`). `extract.rs` holds the `Path` and
+//! `Query` extractors every handler takes, whose rejections are those 422s (a tidy test
+//! forbids axum's own in handlers), and the 405 fallback; `routes/paging.rs` the list
+//! routes' maximum limits and `json_array`, which streams a list of whole states one item
+//! at a time. `server.rs` serves the connections (hyper HTTP/1.1 under our own accept
+//! loop): a watcher per connection closes it when idle or stuck in a request's headers
+//! past `server.*_timeout_seconds`, never while a request is answered, and request bodies
+//! fail with a 408 past their deadline. `serve(listener, state, shutdown)`: the caller
+//! binds the socket, so tests use port 0. `stream` owns run streams (docs/api.md):
+//! `start_run` builds a new run's `RunSpec` and its execution (pricing its usage into the
+//! metrics), then `launch` leases it, spawns it on the runtime and a pump that turns its
+//! `RunOutput` into frames numbered in the run's `hub` (process-local; watchers here are
+//! woken, never poll) and renews the lease; a persister task per run flushes the run's
+//! event buffers and then appends the hub's frames to the store's log, and only stored
+//! frames are shown to watchers; `follow` is one watcher at a cursor (the hub, else the
+//! store woken by notices and re-read every second), its SSE body with heartbeats, and
+//! what losing it does (the creator cancels unless `continue`; a rejoin only with
+//! `cancel_on_disconnect=true`); `upkeep`, started by `serve`, relays the store's notices
+//! (and remote cancel requests to runs executing here), prunes logs past the retention
+//! and recovers orphaned runs (at start on a single-process store, every third of a lease
+//! on a shared one). The creating stream, `GET …/runs/{run_id}/stream` and every other
+//! process read the same frames. `auth.rs` is the authentication layer and the ownership
+//! check (docs/api.md#auth-and-ownership): `authenticate` puts a `Caller` (user id and
+//! permissions) into every `/api` request but `/api/openapi.json` — the implicit user
+//! `default` in local mode, the owner of the bearer token in token mode — handlers check
+//! their one permission with `Caller::require`, and every thread route calls
+//! `authorize_thread` before it touches the thread, and every run route `authorize_run`
+//! (the thread check, then the run in that thread, else 404 `Run {run_id} not found`).
+//! `metrics.rs` serves `GET /metrics` (admin in token mode unless `metrics.public`) and
+//! counts every request by matched route template; runs add their cost with the same
+//! `usage::run_costs` that `/token-usage` uses. `web.rs` is the router's fallback: the
+//! files of `web/assets`, embedded with `rust-embed` (`debug-embed`, so debug builds
+//! embed them too), served with their content type, an ETag and `Cache-Control: no-cache`
+//! (the HTML also with a strict Content-Security-Policy) for any path outside `/api`,
+//! `/metrics` and `/health`, and `index.html` for paths that name no file;
+//! `AppState::web_enabled` (`web.enabled`) turns it off. `routes/batches.rs` holds the
+//! durable-batch routes of docs/batches.md#routes (thread checks first, then the batch
+//! loaded for the caller in that thread, else 404 `Subagent batch not found`;
+//! `results.jsonl` streamed from the store in pages of 500), the public projections of a
+//! batch and an item (with the progress fields), `GET /api/subagent-batches/{id}` (a
+//! batch by its id alone, for clients that hold only that), and `/api/features`, whose
+//! `worker_running` is `AppState::batches`' worker handle or, on a shared store, a
+//! heartbeat younger than the lease. `batch_progress.rs` is **the one pure function**
+//! behind a batch's `usage`, `cost`, `items_per_minute`, `eta_seconds` and
+//! `projected_cost` and `/token-usage`'s `batches` section, over the record and the
+//! store's `BatchActivity` at a given time, pricing through `usage.rs` (`cost_of`, shared
+//! with runs). `routes/messages.rs` pages the lead's `message`-category run events
+//! backwards for a reloaded chat (`…/messages/page`); `routes/threads.rs` also merges
+//! metadata (`PATCH`) and writes a state update as a new checkpoint (`POST …/state`,
+//! refused while a run is in progress, since the run checkpoints its own state). Task
+//! cancel requests for runs executing elsewhere go through the store
+//! (`request_task_cancel`, announced like a run's cancel request) to the `upkeep` relay
+//! of the gateway that holds the run.
 
 mod app;
 pub mod auth;

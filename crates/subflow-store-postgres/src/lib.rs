@@ -13,6 +13,21 @@
 //! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`,
 //! `batches`);
 //! this file holds the pool, the migrations and the column helpers they share.
+//!
+//! # Map
+//!
+//! For many processes on many machines (sqlx). One round trip per batch: the server-side
+//! function `subflow_append_events` takes `pg_advisory_xact_lock` on the thread id,
+//! allocates `seq` from `MAX(seq)`, skips stored `event_id`s and inserts with `UNNEST`;
+//! `UNIQUE (thread_id, seq)` backs the lock up. `streams.rs`: `subflow_append_frames`
+//! locks the run's log row, skips stored ids, checks continuity, inserts and `NOTIFY`s
+//! `subflow_stream` with `{run_id, last_id}` in one round trip; cancel requests `NOTIFY`
+//! `subflow_cancel`; `listen` is one `PgListener` per process; leases and pruning use the
+//! database clock. `open` tries one connection under a 5 s deadline before building the
+//! pool, so an unreachable server is an error at once instead of after the pool's 30 s of
+//! retries. `batches.rs`: a claim pass locks the active batch rows `FOR UPDATE SKIP
+//! LOCKED`, then their queued items the same way; every other batch write locks the batch
+//! row `FOR UPDATE` before its item rows; lease times are `now()` in epoch milliseconds.
 
 mod auth;
 mod batches;

@@ -18,6 +18,32 @@
 //! buffer, retry or decode differently from the other backends (it uses
 //! `subflow_store::{validate_batch, codec}` for that), and it must not block an
 //! async worker thread on SQLite.
+//!
+//! # Map
+//!
+//! The embedded default, on rusqlite (SQLite compiled in): one file in WAL mode; one
+//! writer connection owned by a writer thread that group-commits: every write waiting for
+//! it (up to 64) goes into one `BEGIN IMMEDIATE` transaction, each in a savepoint of its
+//! own when there are several (a lone write needs none, and a savepoint's journal copies
+//! every page it touches; that journal stays in memory, `temp_store = MEMORY`), so a
+//! failing or panicking write rolls back alone, a transaction SQLite itself rolls back (a
+//! full disk) fails the whole group, and callers are answered after the commit; the
+//! transaction statements come from the statement cache, and hot queries take their limit
+//! by stepping (`query_first`) because SQLite re-prepares a statement whose bound `LIMIT`
+//! changes; a pool of read-only readers; migrations in `migrations/` embedded and tracked
+//! by `PRAGMA user_version`. `seq` comes from a per-thread counter table inside the
+//! writer transaction, and `run_events` is clustered by `(thread_id, run_id, seq)`, so a
+//! step row touches three b-trees. Reads run in place (`block_in_place`) on a
+//! multi-threaded runtime and on the blocking pool otherwise; opening and closing always
+//! use the blocking pool (`spawn_blocking`), and so does waiting for a write on a
+//! single-threaded runtime (paused test time must not jump). `events.rs`, `records.rs`,
+//! `checkpoints.rs`, `auth.rs`; `streams.rs`: stream logs, leases (this process's clock,
+//! epoch milliseconds) and cancel requests; every row cascades from its run.
+//! `batches.rs`: every call one write of the writer's (the single writer serialises claim
+//! passes), leases on the store's `Clock`. Every item transition rewrites its batch row,
+//! so the row is kept small (the `execution_spec` lives in `subagent_batch_specs`,
+//! written once) and worker writes read it without the spec; the status index holds
+//! unfinished items only, and the pass promotes pending items with one statement.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};

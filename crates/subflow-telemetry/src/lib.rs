@@ -6,6 +6,18 @@
 //! traits; this crate implements them. It never serves HTTP (the gateway serves the
 //! metrics text) and never blocks a caller: exports are queued and sent by a background
 //! task, and a span that cannot be queued is dropped and counted.
+//!
+//! # Map
+//!
+//! Implements those two traits. `otlp` is the span exporter: `OtlpExporter::export` only
+//! `try_send`s into a bounded queue; a background task batches it (512 spans or 500 ms),
+//! encodes `ExportTraceServiceRequest` with the generated `opentelemetry-proto` messages
+//! and POSTs it with reqwest under the export timeout; refusals, failures and timeouts
+//! are counted as dropped, never retried. `metrics` is the process's `prometheus-client`
+//! registry, encoded as Prometheus text 0.0.4; the event-store and observer families are
+//! collectors read at scrape time, the batch gauges encode the last database read
+//! (`set_batch_gauges`, refreshed by `/metrics` when older than 5 s), and `Metrics`
+//! implements the worker's `WorkerMetrics` (lease expirations).
 
 pub mod metrics;
 pub mod otlp;

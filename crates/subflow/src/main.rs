@@ -1,5 +1,33 @@
 //! The `subflow` binary: the command line and the composition root. It is the only
 //! crate that reads configuration and the only one that picks a storage backend.
+//!
+//! # Map
+//!
+//! The binary: CLI (`commands/<noun>.rs`) and composition root. `config/` is the one
+//! typed configuration tree (defaults → `subflow.toml` → `SUBFLOW__…` env → flags, merged
+//! as TOML before deserialising so errors name the key; validation; building models and
+//! observers); `storage.rs` picks the backend from `database.url`; `process.rs` is what
+//! `serve` and `worker` share (the runtime's options from the configuration, span
+//! exporters, the batch worker built from `subagent_batches.*`, the shutdown signal and
+//! the orderly stop); `commands/serve.rs` maps the configuration onto `RuntimeOptions`
+//! and `AppOptions` and runs the worker unless `--no-worker`, its handle in
+//! `AppState::batches`; `commands/worker.rs` runs a worker alone and refuses anything but
+//! PostgreSQL; `commands/bench/batches.rs` times the worker against the executor alone,
+//! claim passes, and 1 against 3 worker processes; `commands/users.rs` and
+//! `commands/tokens.rs` administer users and tokens in the configured database
+//! (`commands/admin.rs` opens it, and never creates one: `commands/migrate.rs` does) and
+//! generate tokens from the OS random source. `commands/tail/` (`subflow tail`: the
+//! stream follower with reconnects and gap recovery, `board.rs` applying `task_card` to a
+//! run's frames — or, for a run that had ended, to its state and task summaries, printed
+//! once — a small SSE decoder), `commands/run.rs` (`subflow run`: a background run, then
+//! a join and the answer, or `tail`'s follower streaming the lead's text to stdout and
+//! the cards to stderr; Ctrl-C cancels the run), `commands/usage.rs` and
+//! `commands/batches/` (`subflow batches`: `mod.rs` for list, show, export, pause,
+//! resume, cancel and retry, `watch.rs` for the `indicatif` bar or JSON lines and the
+//! exit codes 0/1/130, `summary.rs` the summary line's Rust port of
+//! `web/assets/batches.mjs`) are HTTP clients of the gateway through `commands/client.rs`
+//! (`SUBFLOW_URL`, `SUBFLOW_TOKEN`). The only crate that reads configuration or the
+//! environment.
 
 /// `print!` returning an `io::Result` instead of panicking, so a closed stdout
 /// (`subflow … | head`) ends the command normally (see `exit_code`).

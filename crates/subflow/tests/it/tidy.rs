@@ -151,6 +151,23 @@ fn every_crate_states_its_purpose_and_uses_the_workspace_lints() {
     }
 }
 
+/// ARCHITECTURE.md stays a map a newcomer reads in minutes; crate detail lives in the
+/// crates' own docs.
+#[test]
+fn the_architecture_map_stays_short() {
+    let map = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+    let length = map.chars().count();
+    assert!(length < 16_000, "ARCHITECTURE.md is {length} characters");
+    for section in [
+        "## Bird's-eye view",
+        "## Code map",
+        "## Invariants",
+        "## Where to start",
+    ] {
+        assert!(map.contains(section), "ARCHITECTURE.md has {section}");
+    }
+}
+
 #[test]
 fn every_manifest_under_crates_is_a_workspace_member() {
     fn manifests(dir: &Path, found: &mut Vec<PathBuf>) {
