@@ -12,7 +12,13 @@ export class ApiError extends Error {
 }
 
 let askToken = async () => null;
+let tokenAccepted = () => {};
 let pendingAsk = null;
+
+/** Installs what runs when a token the user just entered is accepted by the gateway. */
+export function onTokenAccepted(callback) {
+  tokenAccepted = callback;
+}
 
 /** Installs the prompt that asks for a token; it resolves to the token, or null when dismissed. */
 export function onTokenNeeded(prompt) {
@@ -49,16 +55,21 @@ function tokenFromUser(rejected) {
  * another and the request is sent again; dismissing the prompt gives the 401 response.
  */
 export async function apiFetch(path, init = {}) {
+  let entered = false;
   for (;;) {
     const token = storedToken();
     const headers = new Headers(init.headers);
     if (token) headers.set("Authorization", `Bearer ${token}`);
     const response = await fetch(path, { ...init, headers });
-    if (response.status !== 401) return response;
+    if (response.status !== 401) {
+      if (entered) tokenAccepted();
+      return response;
+    }
     storeToken(null);
     const next = await tokenFromUser(token !== null);
     if (!next) return response;
     storeToken(next.trim());
+    entered = true;
   }
 }
 

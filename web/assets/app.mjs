@@ -3,7 +3,7 @@
 // board.mjs, the run view in runview.mjs; this module owns the messages, live runs,
 // threads and the wiring.
 
-import { ApiError, apiFetch, apiJson, onTokenNeeded, paths } from "./api.mjs";
+import { ApiError, apiFetch, apiJson, onTokenAccepted, onTokenNeeded, paths } from "./api.mjs";
 import {
   allMessages,
   fetchSteps,
@@ -63,6 +63,7 @@ onTokenNeeded(
         resolve(els.tokenDialog.returnValue === "save" ? els.tokenInput.value : null);
       };
       els.tokenDialog.addEventListener("close", done);
+      els.tokenDialog.returnValue = "";
       els.tokenDialog.showModal();
       els.tokenInput.focus();
     }),
@@ -739,16 +740,30 @@ document.addEventListener("keydown", (event) => {
 });
 window.addEventListener("popstate", () => openThread(threadFromPath()));
 
-async function start() {
+/** Reads the configured models; a failure says so in the header until a later read works. */
+async function loadModels() {
   try {
     const models = await apiJson(paths.models());
     state.models = Array.isArray(models?.models) ? models.models : [];
     state.tokenUsageEnabled = models?.token_usage?.enabled === true;
+    state.modelsFailed = false;
+    if (els.connection.textContent.startsWith("Models unavailable")) setText(els.connection, "");
   } catch (error) {
+    state.modelsFailed = true;
     setText(els.connection, `Models unavailable: ${error.message}`);
   }
   document.documentElement.dataset.tokenUsage = String(state.tokenUsageEnabled);
   renderModels();
+}
+
+// A token entered after the models failed (the first prompt was dismissed): read them again.
+onTokenAccepted(() => {
+  if (state.modelsFailed) loadModels();
+});
+els.tokenCancel.addEventListener("click", () => els.tokenDialog.close("cancel"));
+
+async function start() {
+  await loadModels();
   await Promise.all([refreshThreads(), openThread(threadFromPath())]);
   document.documentElement.dataset.ready = "true";
 }

@@ -6,7 +6,7 @@
 import { apiJson, paths } from "./api.mjs";
 import { loadSummaries, revealCard } from "./board.mjs";
 import { formatCost, formatTokenCount, modelLabel } from "./cards.mjs";
-import { h, setText } from "./dom.mjs";
+import { append, h, setText } from "./dom.mjs";
 import { els, state } from "./state.mjs";
 import { axisPercent, formatDuration, parseTime, timelineModel } from "./timeline.mjs";
 
@@ -54,22 +54,27 @@ async function copyText(text) {
   }
 }
 
-function runRow(run) {
-  const duration = runDuration(run);
-  const started = parseTime(run.created_at);
+/** An id with a Copy button: "Run 1f0e… Copy" (what `subflow tail --run` takes). */
+function copyableId(kind, label, id) {
   const copy = h(
     "button",
     {
       type: "button",
-      class: "copy-trace",
-      "aria-label": `Copy trace id ${run.trace_id ?? ""}`,
+      class: `copy-button copy-${kind}`,
+      "aria-label": `Copy ${label.toLowerCase()} id ${id}`,
       onclick: async () => {
-        const copied = await copyText(run.trace_id ?? "");
+        const copied = await copyText(id);
         setText(copy, copied ? "Copied" : "Copy failed");
       },
     },
     "Copy",
   );
+  return h("span", { class: `run-id-line run-${kind}` }, h("span", { class: "run-id-label" }, label), h("code", {}, id), copy);
+}
+
+function runRow(run) {
+  const duration = runDuration(run);
+  const started = parseTime(run.created_at);
   return h(
     "li",
     { class: "run-row", dataset: { runId: run.run_id, status: run.status } },
@@ -87,7 +92,8 @@ function runRow(run) {
       h("span", { class: "run-tokens" }, `${formatTokenCount(run.total_tokens ?? 0)} tokens`),
       h("span", { class: "run-cost" }, costText(run.cost)),
     ),
-    run.trace_id ? h("span", { class: "run-trace" }, h("code", {}, run.trace_id), copy) : null,
+    copyableId("id", "Run", run.run_id),
+    run.trace_id ? copyableId("trace", "Trace", run.trace_id) : null,
   );
 }
 
@@ -199,7 +205,9 @@ export function renderRunView() {
     runs.length === 0
       ? h("p", { class: "note" }, state.runs === null ? "Loading runs…" : "No runs yet.")
       : h("ol", { class: "run-list", "aria-label": "Runs, newest first" }, ...runs.map(runRow));
-  els.runsPanel.replaceChildren(h("h3", { class: "runs-title" }, "Runs"), list, view.timeline);
+  // No timeline until a run is picked: append skips it (replaceChildren would write "null").
+  els.runsPanel.replaceChildren();
+  append(els.runsPanel, [h("h3", { class: "runs-title" }, "Runs"), list, view.timeline]);
 }
 
 export function closeRunView() {

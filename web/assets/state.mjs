@@ -23,6 +23,7 @@ export const els = {
   connection: $("connection"),
   tokenDialog: $("token-dialog"),
   tokenForm: $("token-form"),
+  tokenCancel: $("token-cancel"),
   tokenInput: $("token-input"),
   tokenMessage: $("token-message"),
   model: $("composer-model"),
@@ -33,6 +34,7 @@ export const els = {
 export const state = {
   models: [],
   tokenUsageEnabled: false,
+  modelsFailed: false,
   threads: [],
   /** The server's answer to the search box's words, or null while it holds none. */
   searchResults: null,

@@ -199,9 +199,12 @@ describe("the run view", () => {
         const runs = await api(server, `/api/threads/${threadId}/runs`);
         await page.click("#runs-toggle");
         await page.waitForSelector(".run-row");
+        // Before a run is picked the panel holds the list and nothing else.
+        assert.doesNotMatch(await page.textContent("#runs-panel"), /null|undefined/);
         const rows = await page.$$eval(".run-row", (list) =>
           list.map((row) => ({
             id: row.dataset.runId,
+            shownId: row.querySelector(".run-id code")?.textContent,
             status: row.querySelector(".run-status").textContent,
             tokens: row.querySelector(".run-tokens").textContent,
             cost: row.querySelector(".run-cost").textContent,
@@ -213,12 +216,16 @@ describe("the run view", () => {
         for (const [row, run] of rows.map((r, i) => [r, runs[i]])) {
           assert.equal(row.status, "Succeeded");
           assert.equal(row.trace, run.trace_id);
+          assert.equal(row.shownId, run.run_id, "the run id `subflow tail --run` takes");
           assert.match(row.cost, /^\$[0-9.]+$/);
           assert.match(row.duration, /\d( ms| s|)/);
         }
         await page.click('.run-row:first-child .copy-trace');
         await page.waitForFunction(() => document.querySelector(".run-row .copy-trace").textContent === "Copied");
         assert.equal(await page.evaluate(() => navigator.clipboard.readText()), runs[0].trace_id);
+        await page.click('.run-row:first-child .copy-id');
+        await page.waitForFunction(() => document.querySelector(".run-row .copy-id").textContent === "Copied");
+        assert.equal(await page.evaluate(() => navigator.clipboard.readText()), runs[0].run_id);
 
         // The demo run's timeline: lead turns and one bar per task, placed by the events' times.
         await page.click(".run-row:first-child .run-select");

@@ -525,14 +525,17 @@ describe("token mode", () => {
     try {
       await page.goto(`${server.base}/`);
       await page.waitForSelector("#token-dialog[open]");
+      // Enter submits the token (it used to press the form's first button, Cancel).
       await page.fill("#token-input", `sf_${"A".repeat(43)}`);
-      await page.click('#token-dialog button[value="save"]');
+      await page.press("#token-input", "Enter");
       await page.waitForFunction(() => document.getElementById("token-message").textContent.includes("refused"));
       assert.equal(await page.isVisible("#token-dialog"), true);
       await page.fill("#token-input", token);
-      await page.click('#token-dialog button[value="save"]');
+      await page.press("#token-input", "Enter");
       await ready(page);
       assert.equal(await page.evaluate(() => sessionStorage.getItem("subflow.token")), token);
+      assert.equal(await page.textContent("#connection"), "", "the models loaded with the token");
+      assert.match(await page.getAttribute("#composer-input", "placeholder"), /^Message /);
       await send(page, "Compare two queues");
       await page.waitForFunction(() => document.querySelectorAll('.task-card[data-status="completed"]').length === 3, null, {
         timeout: 60000,
@@ -542,6 +545,45 @@ describe("token mode", () => {
       await ready(page);
       assert.equal(await page.isVisible("#token-dialog"), false);
       assert.equal((await cards(page)).length, 3);
+    } finally {
+      await browser.close();
+    }
+  });
+});
+
+describe("token mode, prompt dismissed first", () => {
+  let server;
+  let token;
+  before(async () => {
+    const config = `[auth]\nmode = "token"\n\n${scriptedModel({ delayMs: 10 })}`;
+    server = await startServer({
+      config,
+      prepare: (dir) => {
+        const file = join(dir, "subflow.toml");
+        subflowCli(dir, ["migrate", "--config", file]);
+        subflowCli(dir, ["users", "add", "bob", "--config", file]);
+        token = /sf_[A-Za-z0-9_-]{43}/.exec(subflowCli(dir, ["tokens", "create", "--user", "bob", "--perm", "admin", "--config", file]))[0];
+      },
+    });
+  });
+  after(() => server.stop());
+
+  test("a token entered after a dismissed prompt loads the models the first request could not", async () => {
+    const browser = await openBrowser();
+    const { page } = browser;
+    try {
+      await page.goto(`${server.base}/`);
+      await page.waitForSelector("#token-dialog[open]");
+      await page.click("#token-cancel");
+      await page.waitForFunction(() => document.getElementById("connection").textContent.startsWith("Models unavailable"));
+      // The thread list asks again; this time the token is given.
+      await page.waitForSelector("#token-dialog[open]");
+      await page.fill("#token-input", token);
+      await page.press("#token-input", "Enter");
+      await ready(page);
+      await page.waitForFunction(() => document.getElementById("connection").textContent === "");
+      assert.match(await page.getAttribute("#composer-input", "placeholder"), /^Message /);
+      assert.deepEqual(browser.errors, []);
     } finally {
       await browser.close();
     }
