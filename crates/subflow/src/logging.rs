@@ -36,10 +36,19 @@ impl LineFormat {
     }
 }
 
+/// PostgreSQL's notices (such as "relation … already exists, skipping" at every start)
+/// reach the log only as warnings, unless `level` names their target itself.
+const QUIET_NOTICES: &str = "sqlx::postgres::notice=warn";
+
 /// Installs the global subscriber: `$SUBFLOW_LOG` (an env-filter) wins over `level`.
 pub fn init(level: &str, format: LineFormat) {
+    let directives = if level.contains("sqlx::postgres::notice") {
+        level.to_owned()
+    } else {
+        format!("{level},{QUIET_NOTICES}")
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("SUBFLOW_LOG")
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(level))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(directives))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let _ = tracing_subscriber::fmt()
         .with_writer(std::io::stderr)

@@ -124,17 +124,15 @@ fn report(usage: &Value) -> String {
             count(&bucket["runs"])
         );
     }
-    match cost {
-        Some(cost) => {
-            let _ = writeln!(out, "Cost      {} {currency}", money(&cost["total"]));
-        }
-        None => {
-            let _ = writeln!(
-                out,
-                "Cost      — (no prices configured, or mixed currencies)"
-            );
-        }
-    }
+    let _ = match cost {
+        Some(cost) => writeln!(out, "Cost      {} {currency}", money(&cost["total"])),
+        // Nothing counted has nothing to price; stopped runs and batches say their own.
+        None if runs == 0 => writeln!(out, "Cost      — (no counted runs)"),
+        None => writeln!(
+            out,
+            "Cost      — (no prices configured, or mixed currencies)"
+        ),
+    };
     if let Some(line) = stopped_runs_line(&usage["stopped_runs"]) {
         let _ = writeln!(out, "{line}");
     }
@@ -229,6 +227,20 @@ Context   5,400 of 128,000 tokens (4.2%)
             "no batch line without batch items"
         );
         assert!(!text.contains("stopped"), "no run stopped: {text}");
+    }
+
+    #[test]
+    fn a_thread_with_only_a_stopped_run_does_not_blame_the_prices() {
+        let usage = json!({"thread_id": "t", "total_tokens": 0, "total_input_tokens": 0, "total_output_tokens": 0,
+            "total_runs": 0, "by_model": {}, "by_caller": {"lead_agent": 0, "subagent": 0, "middleware": 0},
+            "cost": null, "context_usage": null,
+            "stopped_runs": {"runs": 1, "total_tokens": 1993, "total_input_tokens": 1500, "total_output_tokens": 493,
+                "by_caller": {"lead_agent": 600, "subagent": 1393, "middleware": 0},
+                "cost": {"currency": "USD", "total": 0.003986, "by_model": {}}}});
+        let text = report(&usage);
+        assert!(text.contains("Cost      — (no counted runs)\n"), "{text}");
+        assert!(!text.contains("no prices configured"), "{text}");
+        assert!(text.contains("+ 1,993 tokens, $0.004 in 1 stopped run"), "{text}");
     }
 
     #[test]

@@ -429,3 +429,20 @@ fn a_bad_gateway_url_or_item_status_is_a_usage_error_that_says_what_to_give() {
         "{text}"
     );
 }
+
+/// Starting on an already migrated PostgreSQL database logs nothing about the migration
+/// table (the server's "already exists, skipping" notice is not news to an operator).
+#[tokio::test]
+async fn migrating_a_migrated_postgres_database_logs_no_server_notice() {
+    let db = subflow_store_postgres::testing::TestDb::new().await;
+    let dir = tempfile::tempdir().unwrap();
+    let output = subflow_with_env(
+        &["migrate"],
+        dir.path(),
+        &[("SUBFLOW__DATABASE__URL", db.url.as_str())],
+    );
+    let text = stderr(&output);
+    assert!(output.status.success(), "{text}");
+    assert!(text.contains("is migrated"), "{text}");
+    assert!(!text.contains("already exists"), "{text}");
+}

@@ -218,6 +218,26 @@ fn tail_prints_a_json_line_per_card_change_until_the_run_succeeds() {
     assert!(text.contains("scripted-1"), "{text}");
 }
 
+/// Joining a run that has ended prints each card once, final: no first line that says
+/// "completed" with 0 steps before the real count.
+#[test]
+fn tail_of_a_finished_run_prints_each_card_once_with_its_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = config_with_delay(dir.path(), 0);
+    let (server, address, _log) = start_serve_with_env(dir.path(), &["--config", &config], &[]);
+    let _server = KillOnDrop(server);
+    let body = json!({"input": {"messages": [{"role": "user", "content": "Compare two queues"}]}});
+    http::blocking_post(&address, "/api/threads/done/runs/wait", &body);
+    let output = client(&address, &["tail", "done", "--json"]);
+    assert_eq!(output.status.code(), Some(0));
+    let lines = json_lines(&output.stdout);
+    assert_eq!(lines.len(), 3, "one line per card: {lines:?}");
+    for line in &lines {
+        assert_eq!(line["status"], "completed", "{line}");
+        assert_eq!(line["step_count"], 2, "{line}");
+    }
+}
+
 #[test]
 fn tail_of_a_stopped_run_ends_its_unanswered_cards_failed_and_exits_130() {
     let dir = tempfile::tempdir().unwrap();
