@@ -848,14 +848,6 @@ impl BatchStore for PostgresStore {
         .await
     }
 
-    async fn finish_cancelled(&self, lease: &ItemLease) -> Result<Option<BatchItemStatus>> {
-        self.worker_write(lease, None, |batch, item, now| {
-            let status = machine::finish_cancelled(batch, item, lease, now);
-            (status, status.is_some())
-        })
-        .await
-    }
-
     async fn release_claim(
         &self,
         lease: &ItemLease,

@@ -781,15 +781,6 @@ impl BatchStore for SqliteStore {
         .await
     }
 
-    async fn finish_cancelled(&self, lease: &ItemLease) -> Result<Option<BatchItemStatus>> {
-        let fence = lease.clone();
-        self.worker_write(lease, None, move |batch, item, now| {
-            let status = machine::finish_cancelled(batch, item, &fence, now);
-            (status, status.is_some())
-        })
-        .await
-    }
-
     async fn release_claim(
         &self,
         lease: &ItemLease,

@@ -938,10 +938,6 @@ pub trait BatchStore: Send + Sync + fmt::Debug {
         Ok(statuses)
     }
 
-    /// A `leased` or `running` item's execution was cancelled because its batch was:
-    /// `cancelled`, `Cancelled by user`.
-    async fn finish_cancelled(&self, lease: &ItemLease) -> Result<Option<BatchItemStatus>>;
-
     /// Hands a `leased` or `running` claim back without an outcome ([`ReleaseReason`]):
     /// the attempt is given back (floor 0) and the item is `queued` with the reason's
     /// message, or `cancelled` when a cancel was requested.

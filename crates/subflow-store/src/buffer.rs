@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
-use subflow_contracts::task_events::{RejectedChunk, map_task_event};
 use subflow_contracts::{EventType, NewEvent};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -99,7 +98,6 @@ pub struct StoreCounters {
     flush_failures: [AtomicU64; 2],
     pending: [AtomicI64; 2],
     spilled: [AtomicU64; 2],
-    rejected_chunks: AtomicU64,
 }
 
 impl StoreCounters {
@@ -121,11 +119,6 @@ impl StoreCounters {
     /// `subflow_event_store_spilled_events_total{buffer}`.
     pub fn spilled(&self, kind: BufferKind) -> u64 {
         self.spilled[kind.index()].load(Ordering::Relaxed)
-    }
-
-    /// Task event chunks that were not persisted because they were malformed.
-    pub fn rejected_chunks(&self) -> u64 {
-        self.rejected_chunks.load(Ordering::Relaxed)
     }
 
     fn add_pending(&self, kind: BufferKind, delta: i64) {
@@ -236,26 +229,6 @@ impl EventBuffer {
             self.unstored.fetch_sub(1, Ordering::SeqCst);
             self.retry.push(self.kind, vec![event]);
         }
-        Ok(())
-    }
-
-    /// Maps a live task event (docs/events.md#task-events) to its `subagent.*` record and records it.
-    /// A malformed chunk is counted, logged and not persisted.
-    pub fn record_task_event(&self, chunk: &Value) -> Result<(), RejectedChunk> {
-        let mapped = map_task_event(chunk).inspect_err(|reason| {
-            self.counters
-                .rejected_chunks
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(run_id = %self.scope.run_id, %reason, "task event not persisted");
-        })?;
-        let category = mapped.category();
-        self.record(
-            mapped.event_type.as_str(),
-            category.as_str(),
-            mapped.content,
-            mapped.metadata,
-        )
-        .expect("mapped task events always have a valid type and category");
         Ok(())
     }
 

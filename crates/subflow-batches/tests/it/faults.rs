@@ -145,9 +145,6 @@ impl BatchStore for Faults {
     ) -> Result<Option<BatchItemStatus>> {
         self.inner.finish_failure(lease, outcome).await
     }
-    async fn finish_cancelled(&self, lease: &ItemLease) -> Result<Option<BatchItemStatus>> {
-        self.inner.finish_cancelled(lease).await
-    }
     async fn release_claim(
         &self,
         lease: &ItemLease,

@@ -185,16 +185,30 @@ async fn no_run_id_means_no_notifications() {
     set.notify_stop(&info, ObserverOutcome::Completed).await;
     let guard = set.start(info).await;
     drop(guard);
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // A task with a run id goes the same way, after them: once its dropped guard's stop
+    // (spawned later, on this single-threaded runtime) has arrived, anything the tasks
+    // without a run id had sent would have arrived before it.
+    let control = set.start(subagent_info()).await;
+    drop(control);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while receiver.requests().len() < 2 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the control's stop arrives"
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
 
-    assert!(entries(&log).is_empty());
-    assert!(receiver.requests().is_empty());
-    assert!(
-        set.counters()
-            .snapshot()
-            .iter()
-            .all(|&(_, _, count)| count == 0)
+    assert_eq!(
+        entries(&log),
+        ["a:start:exec-1", "a:stop:exec-1:failed"],
+        "only the task with a run id was observed"
     );
+    assert_eq!(receiver.requests().len(), 2);
+    // One observer and one webhook call per hook, all of them the control's.
+    assert_eq!(counts(&set, Hook::Start), (2, 0, 0));
+    assert_eq!(counts(&set, Hook::Stop), (2, 0, 0));
 }
 
 #[tokio::test]

@@ -269,21 +269,6 @@ pub fn finish_failure(
     Some(item.status)
 }
 
-/// A held item's execution was cancelled with its batch.
-pub fn finish_cancelled(
-    batch: &mut BatchRecord,
-    item: &mut BatchItem,
-    lease: &ItemLease,
-    now: &Now,
-) -> Option<BatchItemStatus> {
-    if !holds(item, lease, HELD) {
-        return None;
-    }
-    cancel_item(batch, item, now);
-    settle(batch, now, true);
-    Some(item.status)
-}
-
 /// A held claim handed back: attempt restored (floor 0), then `queued` with the
 /// reason's message, or `cancelled` when a cancel was requested.
 pub fn release(

@@ -90,11 +90,6 @@ pub enum Op {
         /// Which lease.
         lease: u8,
     },
-    /// Finish as cancelled.
-    FinishCancelled {
-        /// Which lease.
-        lease: u8,
-    },
     /// Hand the claim back.
     Release {
         /// Which lease.
@@ -163,7 +158,6 @@ fn op() -> impl Strategy<Value = Op> {
         2 => (index, any::<bool>()).prop_map(|(lease, end)| Op::Renew { lease, end }),
         3 => index.prop_map(|lease| Op::Succeed { lease }),
         3 => index.prop_map(|lease| Op::Fail { lease }),
-        1 => index.prop_map(|lease| Op::FinishCancelled { lease }),
         2 => (index, 0u8..3).prop_map(|(lease, reason)| Op::Release { lease, reason }),
         2 => (1u16..=90).prop_map(|seconds| Op::Advance { seconds }),
         1 => index.prop_map(|batch| Op::Pause { batch }),
@@ -420,7 +414,6 @@ pub async fn check_history(store: Arc<dyn Store>, clock: Option<Arc<ManualClock>
             | Op::Renew { lease, .. }
             | Op::Succeed { lease }
             | Op::Fail { lease }
-            | Op::FinishCancelled { lease }
             | Op::Release { lease, .. } => {
                 let Some(index) = pick(*lease, leases.len()) else {
                     continue;
@@ -471,11 +464,6 @@ pub async fn check_history(store: Arc<dyn Store>, clock: Option<Arc<ManualClock>
                             .expect("failure")
                             .is_some()
                     }
-                    Op::FinishCancelled { .. } => store
-                        .finish_cancelled(&lease)
-                        .await
-                        .expect("cancelled")
-                        .is_some(),
                     Op::Release { reason, .. } => {
                         let reason = match reason {
                             0 => ReleaseReason::AdmissionRejected("queue full".into()),

@@ -371,12 +371,6 @@ impl BatchStore for MemoryStore {
         }))
     }
 
-    async fn finish_cancelled(&self, lease: &ItemLease) -> Result<Option<BatchItemStatus>> {
-        Ok(self.worker_write(lease, |batch, item, now| {
-            machine::finish_cancelled(batch, item, lease, now)
-        }))
-    }
-
     async fn release_claim(
         &self,
         lease: &ItemLease,

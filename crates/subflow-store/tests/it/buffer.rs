@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use subflow_contracts::task_events::map_task_event;
 use subflow_contracts::{NewEvent, RunEvent};
 use subflow_store::buffer::{
     BufferKind, BufferPolicy, EventBuffer, EventScope, RetryPolicy, RetryQueue, StoreCounters,
@@ -140,6 +141,18 @@ fn harness(faults: Option<Faults>) -> Harness {
     }
 }
 
+/// Records a live task event as the runtime does: mapped to its `subagent.*` record.
+fn record_task(buffer: &EventBuffer, chunk: &Value) -> Result<()> {
+    let mapped = map_task_event(chunk).expect("a valid task event");
+    let category = mapped.category();
+    buffer.record(
+        mapped.event_type.as_str(),
+        category.as_str(),
+        mapped.content,
+        mapped.metadata,
+    )
+}
+
 fn started(task: &str) -> Value {
     json!({"type": "task_started", "task_id": task, "description": "d", "model_name": "m"})
 }
@@ -194,17 +207,15 @@ fn emission_keys(events: &[RunEvent]) -> Vec<String> {
 async fn every_record_is_persisted_exactly_once_in_emission_order_despite_faults() {
     let h = harness(Some(Faults::Intermittent));
     let mut expected = vec!["subagent.start:".to_owned()];
-    h.buffer.record_task_event(&started("call_a")).unwrap();
+    record_task(&h.buffer, &started("call_a")).unwrap();
     for index in 1..=300 {
-        h.buffer
-            .record_task_event(&running("call_a", index))
-            .unwrap();
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
         expected.push(format!("subagent.step:{index}"));
         if index % 7 == 0 {
             tokio::time::sleep(Duration::from_millis(90)).await;
         }
     }
-    h.buffer.record_task_event(&completed("call_a")).unwrap();
+    record_task(&h.buffer, &completed("call_a")).unwrap();
     expected.push("subagent.end:".to_owned());
     h.buffer.close().await;
     until_idle(&h.counters).await;
@@ -229,16 +240,14 @@ async fn every_record_is_persisted_exactly_once_in_emission_order_despite_faults
 async fn twenty_five_pending_records_flush_as_one_batch() {
     let h = harness(None);
     for index in 1..=24 {
-        h.buffer
-            .record_task_event(&running("call_a", index))
-            .unwrap();
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
     }
     settle().await;
     assert!(
         h.store.batch_sizes().is_empty(),
         "24 records wait for the trigger"
     );
-    h.buffer.record_task_event(&running("call_a", 25)).unwrap();
+    record_task(&h.buffer, &running("call_a", 25)).unwrap();
     settle().await;
     assert_eq!(h.store.batch_sizes(), [25]);
 }
@@ -247,9 +256,7 @@ async fn twenty_five_pending_records_flush_as_one_batch() {
 async fn a_backlog_that_is_already_waiting_goes_out_in_the_same_batch() {
     let h = harness(None);
     for index in 1..=60 {
-        h.buffer
-            .record_task_event(&running("call_a", index))
-            .unwrap();
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
     }
     settle().await;
     assert_eq!(
@@ -270,13 +277,11 @@ async fn a_backlog_that_is_already_waiting_goes_out_in_the_same_batch() {
 #[tokio::test(start_paused = true)]
 async fn a_subagent_end_flushes_at_once_together_with_earlier_steps() {
     let h = harness(None);
-    h.buffer.record_task_event(&started("call_a")).unwrap();
+    record_task(&h.buffer, &started("call_a")).unwrap();
     for index in 1..=3 {
-        h.buffer
-            .record_task_event(&running("call_a", index))
-            .unwrap();
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
     }
-    h.buffer.record_task_event(&completed("call_a")).unwrap();
+    record_task(&h.buffer, &completed("call_a")).unwrap();
     settle().await;
     assert_eq!(
         h.store.batch_sizes(),
@@ -289,7 +294,7 @@ async fn a_subagent_end_flushes_at_once_together_with_earlier_steps() {
 #[tokio::test(start_paused = true)]
 async fn a_lone_step_is_persisted_within_the_flush_interval() {
     let h = harness(None);
-    h.buffer.record_task_event(&running("call_a", 1)).unwrap();
+    record_task(&h.buffer, &running("call_a", 1)).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(h.store.run_events().await.is_empty());
     tokio::time::sleep(Duration::from_millis(60)).await;
@@ -299,7 +304,7 @@ async fn a_lone_step_is_persisted_within_the_flush_interval() {
 #[tokio::test(start_paused = true)]
 async fn flush_stores_what_was_recorded_before_it_and_says_whether_it_did() {
     let h = harness(Some(Faults::Down));
-    h.buffer.record_task_event(&running("call_a", 1)).unwrap();
+    record_task(&h.buffer, &running("call_a", 1)).unwrap();
     assert!(!h.buffer.flush().await, "the store is down");
     assert!(h.store.run_events().await.is_empty());
     assert_eq!(
@@ -308,7 +313,7 @@ async fn flush_stores_what_was_recorded_before_it_and_says_whether_it_did() {
         "kept for the next flush"
     );
     h.store.heal();
-    h.buffer.record_task_event(&running("call_a", 2)).unwrap();
+    record_task(&h.buffer, &running("call_a", 2)).unwrap();
     assert!(h.buffer.flush().await);
     assert_eq!(
         h.store.run_events().await.len(),
@@ -324,14 +329,12 @@ async fn flush_stores_what_was_recorded_before_it_and_says_whether_it_did() {
 async fn a_failed_batch_is_kept_ahead_of_newer_records_and_never_raised() {
     let h = harness(Some(Faults::Down));
     for index in 1..=25 {
-        h.buffer
-            .record_task_event(&running("call_a", index))
-            .unwrap();
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
     }
     settle().await;
     assert_eq!(h.store.batch_sizes(), [25]);
     assert_eq!(h.counters.flush_failures(BufferKind::Subagent), 1);
-    h.buffer.record_task_event(&running("call_a", 26)).unwrap();
+    record_task(&h.buffer, &running("call_a", 26)).unwrap();
     settle().await;
     assert_eq!(
         h.store.batch_sizes(),
@@ -339,7 +342,7 @@ async fn a_failed_batch_is_kept_ahead_of_newer_records_and_never_raised() {
         "each later add retries the whole pending list"
     );
     h.store.heal();
-    h.buffer.record_task_event(&running("call_a", 27)).unwrap();
+    record_task(&h.buffer, &running("call_a", 27)).unwrap();
     settle().await;
     let indexes: Vec<u64> = h
         .store
@@ -355,11 +358,9 @@ async fn a_failed_batch_is_kept_ahead_of_newer_records_and_never_raised() {
 #[tokio::test(start_paused = true)]
 async fn records_that_outlive_the_final_flush_are_spilled_and_reapplied_at_the_next_start() {
     let h = harness(Some(Faults::Down));
-    h.buffer.record_task_event(&started("call_a")).unwrap();
+    record_task(&h.buffer, &started("call_a")).unwrap();
     for index in 1..=9 {
-        h.buffer
-            .record_task_event(&running("call_a", index))
-            .unwrap();
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
     }
     h.buffer.close().await;
     let attempts_after_close = h.store.batch_sizes().len();
@@ -382,7 +383,7 @@ async fn records_that_outlive_the_final_flush_are_spilled_and_reapplied_at_the_n
 
     // A late record after shutdown is spilled too, never dropped.
     h.retry.shutdown().await;
-    h.buffer.record_task_event(&completed("call_a")).unwrap();
+    record_task(&h.buffer, &completed("call_a")).unwrap();
     settle().await;
     assert_eq!(
         std::fs::read_to_string(h.spill.path())
@@ -466,21 +467,8 @@ async fn a_corrupt_spill_file_is_kept_and_reported_with_its_line() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn malformed_task_events_are_rejected_counted_and_not_persisted() {
+async fn an_invalid_record_is_refused_and_nothing_is_persisted() {
     let h = harness(None);
-    assert!(
-        h.buffer
-            .record_task_event(
-                &json!({"type": "task_running", "task_id": "", "message_index": 1, "message": {}})
-            )
-            .is_err()
-    );
-    assert!(
-        h.buffer
-            .record_task_event(&json!({"type": "task_exploded", "task_id": "x"}))
-            .is_err()
-    );
-    assert_eq!(h.counters.rejected_chunks(), 2);
     let too_long = h
         .buffer
         .record(&"x".repeat(40), "trace", json!(null), Default::default());
@@ -497,8 +485,8 @@ async fn the_final_flush_runs_when_the_producer_panics() {
     drop(h.buffer);
     let panicked = AtomicBool::new(false);
     let producer = tokio::spawn(async move {
-        buffer.record_task_event(&started("call_a")).unwrap();
-        buffer.record_task_event(&running("call_a", 1)).unwrap();
+        record_task(&buffer, &started("call_a")).unwrap();
+        record_task(&buffer, &running("call_a", 1)).unwrap();
         panic!("the run crashed");
     });
     if producer.await.is_err() {

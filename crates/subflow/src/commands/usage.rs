@@ -240,7 +240,10 @@ Context   5,400 of 128,000 tokens (4.2%)
         let text = report(&usage);
         assert!(text.contains("Cost      — (no counted runs)\n"), "{text}");
         assert!(!text.contains("no prices configured"), "{text}");
-        assert!(text.contains("+ 1,993 tokens, $0.004 in 1 stopped run"), "{text}");
+        assert!(
+            text.contains("+ 1,993 tokens, $0.004 in 1 stopped run"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! file fills the rest of it mid-run. Cancel and a multitask interrupt answer while no
 //! write can land; once the file is removed the run ends `error` with
 //! `store_unavailable` without a restart, its messages are kept, and the thread takes
-//! new runs. Mounting needs root (CI and the development machines run as root); without
-//! it the test says so and checks nothing.
+//! new runs. Mounting needs root (CI and the development machines run as root); as another
+//! user the test says so and checks nothing, and as root a failed mount fails it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -23,14 +23,24 @@ struct SmallDisk {
 }
 
 impl SmallDisk {
+    /// `None` only when not running as root; as root, a mount that fails fails the test.
     fn mount() -> Option<SmallDisk> {
+        let uid = Command::new("id").arg("-u").output().expect("id runs");
+        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+            return None;
+        }
         let dir = tempfile::tempdir().unwrap();
         let mounted = Command::new("mount")
             .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
             .arg(dir.path())
-            .status()
-            .is_ok_and(|status| status.success());
-        mounted.then_some(SmallDisk { dir })
+            .output()
+            .expect("mount runs");
+        assert!(
+            mounted.status.success(),
+            "mounting an 8 MiB tmpfs as root failed: {}",
+            String::from_utf8_lossy(&mounted.stderr)
+        );
+        Some(SmallDisk { dir })
     }
 
     fn path(&self) -> &Path {
@@ -66,7 +76,7 @@ async fn post(path: &str, body: &Value) -> (u16, Value) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_disk_mid_run_ends_the_run_error_once_space_is_freed_and_the_thread_runs_again() {
     let Some(disk) = SmallDisk::mount() else {
-        eprintln!("skipped: mounting a tmpfs needs root");
+        eprintln!("skipped: mounting a tmpfs needs root, and this test runs as another user");
         return;
     };
     write_config(disk.path(), None);

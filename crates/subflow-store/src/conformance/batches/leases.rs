@@ -456,7 +456,6 @@ pub async fn batches_expired_leases_are_recovered_and_the_old_owner_is_fenced_ou
             .unwrap(),
         None
     );
-    assert_eq!(store.finish_cancelled(&stale).await.unwrap(), None);
     assert_eq!(
         store
             .release_claim(&stale, &ReleaseReason::ShutdownBeforeAdmission)

@@ -509,10 +509,6 @@ impl BatchStore for CountingStore {
         self.write();
         self.inner.finish_attempts(outcomes).await
     }
-    async fn finish_cancelled(&self, lease: &ItemLease) -> StoreResult<Option<BatchItemStatus>> {
-        self.write();
-        self.inner.finish_cancelled(lease).await
-    }
     async fn release_claim(
         &self,
         lease: &ItemLease,

@@ -177,9 +177,15 @@ async fn ingest(
                 counters.clone(),
             );
             for chunk in &chunks {
-                buffer
-                    .record_task_event(chunk)
+                let mapped = map_task_event(chunk)
                     .map_err(|reason| anyhow::anyhow!("bench chunk rejected: {reason}"))?;
+                let category = mapped.category();
+                buffer.record(
+                    mapped.event_type.as_str(),
+                    category.as_str(),
+                    mapped.content,
+                    mapped.metadata,
+                )?;
             }
             buffer.close().await;
             timed += started.elapsed();
