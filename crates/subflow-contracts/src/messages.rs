@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::task_events::flatten_content;
+use crate::text::flatten_content;
 
 /// A message of a conversation, tagged by `type`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -10,6 +10,7 @@ use crate::messages::Message;
 use crate::status::TaskEndStatus;
 use crate::task_result::TokenUsage;
 use crate::text::cap_chars;
+use crate::text::flatten_content;
 
 /// Cap, in characters, on step text, serialised tool-call args, results and errors.
 pub const PERSISTED_TEXT_CAP: usize = 8192;
@@ -575,25 +576,6 @@ impl TaskEvent {
             content,
             metadata,
         }
-    }
-}
-
-/// Flattens message content to text: a string as is; a list joins its string items and
-/// object `text` fields with `\n`, skipping empties; anything else is empty.
-pub fn flatten_content(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(|item| match item {
-                Value::String(text) => Some(text.as_str()),
-                Value::Object(block) => block.get("text").and_then(Value::as_str),
-                _ => None,
-            })
-            .filter(|text| !text.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
     }
 }
 

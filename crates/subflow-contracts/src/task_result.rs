@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use crate::messages::{ToolMessage, ToolStatus};
 use crate::status::{SubagentStatus, SubagentStopReason};
-use crate::task_events::flatten_content;
+use crate::text::flatten_content;
 use crate::text::{cap_chars, js_trim};
 
 /// Cap, in characters, on `subagent_error`, `subagent_result_brief` and the `{r}`/`{d}` of text bodies.

@@ -1,6 +1,8 @@
 //! Character-counted text caps (characters are Unicode scalar values) and the trimming
 //! the task card shares with JavaScript.
 
+use serde_json::Value;
+
 /// Returns the first `cap` characters of `text` and whether anything was cut.
 /// The cut always falls on a character boundary.
 pub fn cap_chars(text: &str, cap: usize) -> (&str, bool) {
@@ -49,5 +51,24 @@ mod tests {
             prop_assert_eq!(kept.chars().count(), cap.min(text.chars().count()));
             prop_assert_eq!(cut, text.chars().count() > cap);
         }
+    }
+}
+
+/// Flattens message content to text: a string as is; a list joins its string items and
+/// object `text` fields with `\n`, skipping empties; anything else is empty.
+pub fn flatten_content(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|item| match item {
+                Value::String(text) => Some(text.as_str()),
+                Value::Object(block) => block.get("text").and_then(Value::as_str),
+                _ => None,
+            })
+            .filter(|text| !text.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
     }
 }

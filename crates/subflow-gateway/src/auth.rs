@@ -18,8 +18,8 @@ use subflow_contracts::{Permission, Permissions};
 use subflow_store::{RunRecord, ThreadRecord};
 use time::OffsetDateTime;
 
+use crate::error::thread_not_found;
 use crate::routes::checked_thread_id;
-use crate::routes::threads::not_found;
 use crate::{ApiError, AppState, LOCAL_USER};
 
 /// How requests are authenticated (`auth.mode`).
@@ -163,7 +163,7 @@ pub async fn authorize_thread(
     checked_thread_id(thread_id)?;
     match state.store.get_thread(thread_id).await? {
         Some(thread) if thread.owner == caller.user_id => Ok(Some(thread)),
-        Some(_) => Err(not_found(thread_id)),
+        Some(_) => Err(thread_not_found(thread_id)),
         None => Ok(None),
     }
 }

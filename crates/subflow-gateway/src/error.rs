@@ -37,6 +37,11 @@ pub enum ApiError {
     Unavailable(String),
 }
 
+/// 404 `Thread {thread_id} not found`: an unknown thread, or another user's.
+pub fn thread_not_found(thread_id: &str) -> ApiError {
+    ApiError::NotFound(format!("Thread {thread_id} not found"))
+}
+
 impl ApiError {
     fn status(&self) -> StatusCode {
         match self {

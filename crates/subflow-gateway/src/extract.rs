@@ -106,11 +106,13 @@ macro_rules! enum_value {
 
 enum_value!(RunStatus, CancelAction, BatchStatus);
 
-/// The batch item filter keeps its fixed text (`Unknown batch item status`).
+/// 422 of an unknown batch item `status` filter.
+pub const UNKNOWN_STATUS: &str = "Unknown batch item status";
+
+/// The batch item filter keeps its fixed text ([`UNKNOWN_STATUS`]).
 impl QueryValue for BatchItemStatus {
     fn parse(text: &str) -> Result<Self, String> {
-        text.parse()
-            .map_err(|_| crate::routes::batches::UNKNOWN_STATUS.to_owned())
+        text.parse().map_err(|_| UNKNOWN_STATUS.to_owned())
     }
 }
 

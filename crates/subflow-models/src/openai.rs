@@ -352,7 +352,7 @@ impl ChunkDecoder {
         let text = match delta.content {
             Some(Value::String(text)) => text,
             Some(content @ Value::Array(_)) => {
-                subflow_contracts::task_events::flatten_content(Some(&content))
+                subflow_contracts::text::flatten_content(Some(&content))
             }
             _ => String::new(),
         };

@@ -42,39 +42,6 @@ pub const NO_THREAD: &str = "Durable batches require a thread_id.";
 /// `batch_status` and `cancel_batch` for a missing or foreign batch.
 pub const NOT_FOUND: &str = "Batch not found.";
 
-/// The `subagent_batches.*` settings the tools apply (docs/batches.md#configuration).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BatchToolConfig {
-    /// `subagent_batches.enabled`: the lead gets the tools (with `subagents.enabled`).
-    pub enabled: bool,
-    /// Attempts per item, frozen into each batch.
-    pub max_attempts: u32,
-    /// Most items in one batch.
-    pub max_items_per_batch: usize,
-    /// `max_live_items` of a batch that gives none (or 0).
-    pub default_max_live_items: u32,
-    /// Largest `max_live_items` a batch may ask for.
-    pub max_live_items_per_batch: u32,
-    /// `max_running_items` of a batch that gives none (or 0).
-    pub default_max_running_items: u32,
-    /// Largest `max_running_items` a batch may ask for.
-    pub max_running_items_per_batch: u32,
-}
-
-impl Default for BatchToolConfig {
-    fn default() -> Self {
-        BatchToolConfig {
-            enabled: true,
-            max_attempts: 3,
-            max_items_per_batch: 5000,
-            default_max_live_items: 100,
-            max_live_items_per_batch: 1000,
-            default_max_running_items: 3,
-            max_running_items_per_batch: 64,
-        }
-    }
-}
-
 /// Which batch tool a call names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum BatchTool {

@@ -118,7 +118,7 @@ impl Lead<'_> {
                     return LeadEnd::ModelFailed(detail);
                 }
             };
-            let streamed = subflow_contracts::task_events::flatten_content(Some(&ai.content));
+            let streamed = subflow_contracts::text::flatten_content(Some(&ai.content));
             ai.id = Some(message_id);
             let record = ai.usage_metadata.as_ref().and_then(|usage| {
                 let model_name = ai
@@ -217,7 +217,7 @@ impl Lead<'_> {
         });
         self.tasks_started += kept_here;
         if stripped {
-            let text = subflow_contracts::task_events::flatten_content(Some(&ai.content));
+            let text = subflow_contracts::text::flatten_content(Some(&ai.content));
             ai.content = Value::String(format!("{text}{LIMIT_NOTE}"));
             ai.response_metadata
                 .insert("finish_reason".into(), json!("stop"));
@@ -316,10 +316,11 @@ impl Lead<'_> {
         };
         let id = checkpoint.checkpoint_id.clone();
         let store = &self.runtime.store;
-        let written = crate::run::until_stored("the final checkpoint", &self.run.run_id, || {
-            store.put_checkpoint(checkpoint.clone())
-        })
-        .await;
+        let written =
+            crate::store_retry::until_stored("the final checkpoint", &self.run.run_id, || {
+                store.put_checkpoint(checkpoint.clone())
+            })
+            .await;
         if written.is_some() {
             self.checkpoint_id = Some(id);
         }

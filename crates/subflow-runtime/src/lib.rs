@@ -60,6 +60,7 @@ pub mod output;
 pub mod run;
 pub mod runtime;
 pub mod spans;
+mod store_retry;
 pub mod subagent;
 pub mod task_control;
 mod tool_table;

@@ -57,7 +57,7 @@ impl RunOutput {
     /// (a limit note, a forced-stop text), its tool calls as `tool_call_chunks`, its
     /// metadata and usage.
     pub fn closing_chunk(streamed: &str, ai: &AiMessage) -> Self {
-        let text = subflow_contracts::task_events::flatten_content(Some(&ai.content));
+        let text = subflow_contracts::text::flatten_content(Some(&ai.content));
         let rest = text.strip_prefix(streamed).unwrap_or_default();
         let calls: Vec<Value> = ai
             .tool_calls

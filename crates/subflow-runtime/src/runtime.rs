@@ -14,7 +14,6 @@ use subflow_store::spill::SpillFile;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::{Admission, AdmissionConfig};
-use crate::batch::BatchToolConfig;
 use crate::guards::{LoopDetectionConfig, LoopDetector, TokenBudgetConfig};
 use crate::journal::Journal;
 use crate::metrics::{NoMetrics, RuntimeMetrics};
@@ -333,5 +332,38 @@ impl StoreFault {
     /// The first refused write.
     pub(crate) fn first(&self) -> Option<String> {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// The `subagent_batches.*` settings the tools apply (docs/batches.md#configuration).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BatchToolConfig {
+    /// `subagent_batches.enabled`: the lead gets the tools (with `subagents.enabled`).
+    pub enabled: bool,
+    /// Attempts per item, frozen into each batch.
+    pub max_attempts: u32,
+    /// Most items in one batch.
+    pub max_items_per_batch: usize,
+    /// `max_live_items` of a batch that gives none (or 0).
+    pub default_max_live_items: u32,
+    /// Largest `max_live_items` a batch may ask for.
+    pub max_live_items_per_batch: u32,
+    /// `max_running_items` of a batch that gives none (or 0).
+    pub default_max_running_items: u32,
+    /// Largest `max_running_items` a batch may ask for.
+    pub max_running_items_per_batch: u32,
+}
+
+impl Default for BatchToolConfig {
+    fn default() -> Self {
+        BatchToolConfig {
+            enabled: true,
+            max_attempts: 3,
+            max_items_per_batch: 5000,
+            default_max_live_items: 100,
+            max_live_items_per_batch: 1000,
+            default_max_running_items: 3,
+            max_running_items_per_batch: 64,
+        }
     }
 }

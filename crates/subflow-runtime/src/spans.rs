@@ -454,7 +454,7 @@ impl AgentTrace {
         let status = match result {
             None => SpanStatus::Error("Cancelled".to_owned()),
             Some(tool) if tool.status == ToolStatus::Error => SpanStatus::Error(
-                subflow_contracts::task_events::flatten_content(Some(&tool.content)),
+                subflow_contracts::text::flatten_content(Some(&tool.content)),
             ),
             Some(_) => SpanStatus::Unset,
         };

@@ -4,19 +4,17 @@
 //! the execution ends (retried once), with nothing written when the worker stopped it.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
 
 use subflow_contracts::SubagentStatus;
 use subflow_runtime::subagent::{ExecutionReport, ExecutionSpec};
 use subflow_store::{
     AttemptOutcome, ClaimedItem, ItemFailure, ItemLease, ItemSuccess, ReleaseReason, Renewal,
-    Result as StoreResult,
 };
 use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::finisher::Written;
+use super::finisher::{Written, twice};
 use super::{Counted, Shared};
 use crate::item::{StoredResult, capped_error, item_prompt, item_usage};
 use crate::metrics::AttemptEnd;
@@ -261,24 +259,3 @@ fn finished(written: Written) -> AttemptEnd {
         Err(_) => AttemptEnd::WriteFailed,
     }
 }
-
-/// Runs a terminal write, and once more if it fails (docs/batches.md#running-an-item).
-pub(crate) async fn twice<T, F, W>(write: W) -> StoreResult<T>
-where
-    W: Fn() -> F,
-    F: Future<Output = StoreResult<T>>,
-{
-    match write().await {
-        Ok(done) => Ok(done),
-        Err(error) => {
-            tracing::warn!(%error, "a batch item write failed; retrying it once");
-            tokio::time::sleep(WRITE_RETRY_DELAY).await;
-            write().await.inspect_err(|error| {
-                tracing::error!(%error, "a batch item write failed twice; lease expiry will hand the item on");
-            })
-        }
-    }
-}
-
-/// The pause before a failed terminal write is tried again.
-const WRITE_RETRY_DELAY: Duration = Duration::from_millis(200);

@@ -3,13 +3,13 @@
 //! one store write (one transaction where the backend can) for many items, and an idle
 //! one writes each outcome at once.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use subflow_contracts::BatchItemStatus;
-use subflow_store::{AttemptOutcome, BatchStore, ItemLease};
+use subflow_store::{AttemptOutcome, BatchStore, ItemLease, Result as StoreResult};
 use tokio::sync::{mpsc, oneshot};
-
-use super::attempt::twice;
 
 /// The most outcomes one write carries.
 const MAX_GROUP: usize = 256;
@@ -87,3 +87,24 @@ async fn write_outcomes(store: Arc<dyn BatchStore>, mut queue: mpsc::UnboundedRe
         }
     }
 }
+
+/// Runs a terminal write, and once more if it fails (docs/batches.md#running-an-item).
+pub(crate) async fn twice<T, F, W>(write: W) -> StoreResult<T>
+where
+    W: Fn() -> F,
+    F: Future<Output = StoreResult<T>>,
+{
+    match write().await {
+        Ok(done) => Ok(done),
+        Err(error) => {
+            tracing::warn!(%error, "a batch item write failed; retrying it once");
+            tokio::time::sleep(WRITE_RETRY_DELAY).await;
+            write().await.inspect_err(|error| {
+                tracing::error!(%error, "a batch item write failed twice; lease expiry will hand the item on");
+            })
+        }
+    }
+}
+
+/// The pause before a failed terminal write is tried again.
+const WRITE_RETRY_DELAY: Duration = Duration::from_millis(200);

@@ -16,8 +16,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::status::SubagentStopReason;
-use crate::task_events::flatten_content as flatten_optional;
 use crate::task_result::{CardState, TokenUsage, non_negative_integer, read_task_status};
+use crate::text::flatten_content as flatten_optional;
 use crate::text::js_trim;
 
 pub use backfill::{BackfillNext, backfill_next, backfill_path, backfill_steps, should_backfill};

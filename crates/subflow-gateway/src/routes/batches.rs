@@ -67,8 +67,6 @@ pub const WORKER_NOT_RUNNING: &str = "Subagent batch worker is not running";
 pub const ONLY_FAILED: &str = "Only failed items can be retried";
 /// 409 of retry in a cancelled batch.
 pub const CANCELLED_BATCH: &str = "Items of a cancelled batch cannot be retried";
-/// 422 of an unknown `status` filter.
-pub const UNKNOWN_STATUS: &str = "Unknown batch item status";
 
 /// What the gateway knows of durable batches in this process (docs/batches.md#configuration, docs/batches.md#capability).
 #[derive(Debug, Clone)]

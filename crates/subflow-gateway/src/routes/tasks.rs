@@ -15,8 +15,8 @@ use subflow_store::tasks::StepBrief;
 use utoipa::IntoParams;
 
 use super::RunPath;
-use super::threads::not_found;
 use crate::auth::{Caller, authorize_thread};
+use crate::error::thread_not_found;
 use crate::extract::Path;
 use crate::usage::task_cost;
 use crate::{ApiError, AppState};
@@ -59,7 +59,7 @@ async fn owned_run(
         .await?
         .is_none()
     {
-        return Err(not_found(thread_id));
+        return Err(thread_not_found(thread_id));
     }
     state
         .store

@@ -25,6 +25,7 @@ use utoipa::IntoParams;
 
 use super::{ThreadPath, checked_thread_id, paging, parse_body};
 use crate::auth::{Caller, authorize_thread};
+use crate::error::thread_not_found;
 use crate::extract::{Path, Query};
 use crate::{ApiError, AppState};
 
@@ -103,7 +104,7 @@ pub async fn create(
         Err(subflow_store::Error::ThreadExists(_)) => {
             let existing = authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
                 .await?
-                .ok_or_else(|| not_found(&thread_id))?;
+                .ok_or_else(|| thread_not_found(&thread_id))?;
             if raise {
                 return Err(ApiError::Conflict(format!(
                     "Thread {thread_id} already exists"
@@ -141,7 +142,7 @@ pub(crate) async fn owned_or_created(
         Err(subflow_store::Error::ThreadExists(_)) => {
             authorize_thread(state, caller, needed, thread_id)
                 .await?
-                .ok_or_else(|| not_found(thread_id))?;
+                .ok_or_else(|| thread_not_found(thread_id))?;
             Ok(())
         }
         Err(error) => Err(error.into()),
@@ -162,13 +163,8 @@ pub async fn get(
 ) -> Result<Json<Thread>, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id)
         .await?
-        .ok_or_else(|| not_found(&thread_id))?;
+        .ok_or_else(|| thread_not_found(&thread_id))?;
     Ok(Json(thread_body(&state, &thread).await?))
-}
-
-/// 404 `Thread {thread_id} not found`.
-pub fn not_found(thread_id: &str) -> ApiError {
-    ApiError::NotFound(format!("Thread {thread_id} not found"))
 }
 
 /// `POST /api/threads/search`: the caller's threads, most recently updated first unless
@@ -282,7 +278,7 @@ fn mentions(thread_id: &str, values: &Map<String, Value>, query: &str) -> bool {
             .and_then(Value::as_array)
             .is_some_and(|messages| {
                 messages.iter().any(|message| {
-                    holds(&subflow_contracts::task_events::flatten_content(
+                    holds(&subflow_contracts::text::flatten_content(
                         message.get("content"),
                     ))
                 })
@@ -315,13 +311,13 @@ pub async fn patch(
 ) -> Result<Json<Thread>, ApiError> {
     authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
         .await?
-        .ok_or_else(|| not_found(&thread_id))?;
+        .ok_or_else(|| thread_not_found(&thread_id))?;
     let request: ThreadPatch = parse_body(&body)?;
     let thread = state
         .store
         .update_thread_metadata(&thread_id, &request.metadata)
         .await?
-        .ok_or_else(|| not_found(&thread_id))?;
+        .ok_or_else(|| thread_not_found(&thread_id))?;
     Ok(Json(thread_body(&state, &thread).await?))
 }
 
@@ -344,7 +340,7 @@ pub async fn update_state(
 ) -> Result<Json<StateUpdated>, ApiError> {
     let thread = authorize_thread(&state, &caller, Permission::ThreadsWrite, &thread_id)
         .await?
-        .ok_or_else(|| not_found(&thread_id))?;
+        .ok_or_else(|| thread_not_found(&thread_id))?;
     let request: StateUpdate = parse_body(&body)?;
     let update = request.values.unwrap_or_default();
     if let Some(messages) = update.get("messages")
@@ -426,7 +422,7 @@ pub async fn delete(
         .await?
         .is_none()
     {
-        return Err(not_found(&thread_id));
+        return Err(thread_not_found(&thread_id));
     }
     // Active runs stop first, wherever they execute, so nothing writes to the thread
     // while it is deleted.

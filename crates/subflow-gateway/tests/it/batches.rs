@@ -94,7 +94,8 @@ const PUBLIC_BATCH_KEYS: [&str; 18] = [
     "usage",
 ];
 
-const PUBLIC_ITEM_KEYS: [&str; 18] = [
+/// The public item fields, plus the additive `retries`.
+const PUBLIC_ITEM_KEYS: [&str; 19] = [
     "acceptance_criteria",
     "acceptance_verdict",
     "attempt",
@@ -108,6 +109,7 @@ const PUBLIC_ITEM_KEYS: [&str; 18] = [
     "position",
     "result_preview",
     "result_truncated",
+    "retries",
     "started_at",
     "status",
     "stop_reason",
@@ -506,6 +508,7 @@ async fn retrying_a_failed_item_revives_the_batch_and_anything_else_is_409() {
     assert_eq!(keys(&retried), PUBLIC_ITEM_KEYS);
     assert_eq!(retried["status"], "pending");
     assert_eq!(retried["attempt"], 0);
+    assert_eq!(retried["retries"], 1, "the retry is counted");
     assert_eq!(retried["error"], Value::Null);
     let (_, revived) = send(&app, "GET", &batch_path("t1", &batch, "")).await;
     assert_eq!(revived["status"], "queued");

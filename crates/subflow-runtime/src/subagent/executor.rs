@@ -264,5 +264,5 @@ fn fallback_text(message: &AiMessage) -> String {
 }
 
 fn text_of(content: &Value) -> String {
-    subflow_contracts::task_events::flatten_content(Some(content))
+    subflow_contracts::text::flatten_content(Some(content))
 }

@@ -10,8 +10,8 @@ use subflow_models::{
     AnthropicConfig, AnthropicModel, ChatModel, OpenAiConfig, OpenAiModel, ScriptedConfig,
     ScriptedModel, Secret,
 };
-use subflow_runtime::batch::BatchToolConfig;
 use subflow_runtime::observers::{ObserverSet, WebhookConfig};
+use subflow_runtime::runtime::BatchToolConfig;
 use subflow_runtime::runtime::RuntimeConfig;
 use subflow_runtime::subagent::SubagentDefinition;
 use subflow_telemetry::ExporterConfig;
