@@ -23,6 +23,25 @@ pub fn js_trim(text: &str) -> &str {
     text.trim_matches(is_js_whitespace)
 }
 
+/// Flattens message content to text: a string as is; a list joins its string items and
+/// object `text` fields with `\n`, skipping empties; anything else is empty.
+pub fn flatten_content(content: Option<&Value>) -> String {
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|item| match item {
+                Value::String(text) => Some(text.as_str()),
+                Value::Object(block) => block.get("text").and_then(Value::as_str),
+                _ => None,
+            })
+            .filter(|text| !text.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n"),
+        _ => String::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,24 +70,5 @@ mod tests {
             prop_assert_eq!(kept.chars().count(), cap.min(text.chars().count()));
             prop_assert_eq!(cut, text.chars().count() > cap);
         }
-    }
-}
-
-/// Flattens message content to text: a string as is; a list joins its string items and
-/// object `text` fields with `\n`, skipping empties; anything else is empty.
-pub fn flatten_content(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(items)) => items
-            .iter()
-            .filter_map(|item| match item {
-                Value::String(text) => Some(text.as_str()),
-                Value::Object(block) => block.get("text").and_then(Value::as_str),
-                _ => None,
-            })
-            .filter(|text| !text.is_empty())
-            .collect::<Vec<_>>()
-            .join("\n"),
-        _ => String::new(),
     }
 }
