@@ -1,12 +1,18 @@
 //! The one place a gateway is assembled: the runtime from its options (store, retry
-//! queue, models, admission), the metrics registry the runtime counts into, and the
-//! state the routes share. `subflow serve`, the benchmarks and the tests all build here.
-
-use std::time::Duration;
+//! queue, models, admission), the metrics registry it counts into, the span exporters,
+//! the in-process batch worker, and the state the routes share. `subflow serve`, the
+//! benchmarks and the tests all build an [`Application`] here and differ only in their
+//! [`AppOptions`]; [`Application::run`] serves it until shutdown and then stops the
+//! worker, spills what the retry queue holds and flushes the exporters.
 
 use std::sync::Arc;
-use subflow_runtime::runtime::RuntimeOptions;
-use subflow_telemetry::Metrics;
+use std::time::Duration;
+
+use subflow_batches::Worker;
+use subflow_runtime::runtime::{Runtime, RuntimeOptions};
+use subflow_store::BatchStore;
+use subflow_telemetry::{ExporterConfig, Metrics, OtlpExporter};
+use tokio_util::sync::CancellationToken;
 
 use crate::server::ConnectionTimeouts;
 use crate::stream::{StreamConfig, Streams};
@@ -46,6 +52,69 @@ pub struct AppOptions {
     pub batches: BatchFeatures,
     /// `server.idle_timeout_seconds`, `header_timeout_seconds`, `body_timeout_seconds`.
     pub connections: ConnectionTimeouts,
+    /// Span exporters to start (Langfuse, OTLP); none by default.
+    pub exporters: Vec<ExporterConfig>,
+    /// `tracing.environment`, the spans' `env:` tag.
+    pub environment: Option<String>,
+    /// `tracing.export_timeout_seconds`: how long the last export may take at shutdown.
+    pub export_timeout: Duration,
+    /// The in-process batch worker, when this gateway runs one; none by default.
+    pub worker: Option<WorkerOptions>,
+}
+
+/// How the in-process batch worker runs (`subagent_batches.*`); it works on the
+/// gateway's store and runtime and counts into its metrics.
+#[derive(Debug, Clone)]
+pub struct WorkerOptions {
+    /// This machine's name, the first part of every `lease_owner`.
+    pub hostname: String,
+    /// `lease_seconds`.
+    pub lease: Duration,
+    /// `poll_interval_seconds`.
+    pub poll_interval: Duration,
+    /// `max_result_chars`.
+    pub max_result_chars: usize,
+    /// `result_preview_max_chars`.
+    pub result_preview_max_chars: usize,
+}
+
+impl WorkerOptions {
+    /// A worker with these options on `store` and `runtime`, counting into `metrics`; not
+    /// yet running.
+    pub fn worker(
+        self,
+        store: Arc<dyn BatchStore>,
+        runtime: Runtime,
+        metrics: Arc<Metrics>,
+    ) -> Result<Worker, subflow_batches::Error> {
+        let mut options = subflow_batches::Options::new(store, runtime, self.hostname);
+        options.lease = self.lease;
+        options.poll_interval = self.poll_interval;
+        options.max_result_chars = self.max_result_chars;
+        options.result_preview_max_chars = self.result_preview_max_chars;
+        options.metrics = metrics;
+        options.build()
+    }
+}
+
+/// Why a gateway could not be assembled.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// A span exporter could not start.
+    #[error("starting a span exporter: {0}")]
+    Exporter(#[from] subflow_telemetry::otlp::Error),
+    /// The batch worker's options are out of range.
+    #[error("starting the batch worker: {0}")]
+    Worker(#[from] subflow_batches::Error),
+}
+
+/// A gateway ready to serve: its state, exporters and (not yet running) batch worker.
+#[derive(Debug)]
+pub struct Application {
+    state: AppState,
+    exporters: Vec<OtlpExporter>,
+    export_timeout: Duration,
+    worker: Option<Worker>,
 }
 
 impl AppOptions {
@@ -66,20 +135,40 @@ impl AppOptions {
             streams: StreamConfig::default(),
             batches: BatchFeatures::default(),
             connections: ConnectionTimeouts::default(),
+            exporters: Vec::new(),
+            environment: None,
+            export_timeout: Duration::from_secs(10),
+            worker: None,
         }
     }
 
-    /// Builds the runtime (spawning its retry queue, so it needs a tokio runtime) and a
-    /// fresh metrics registry it counts into, and returns the routes' state.
-    pub fn build(self) -> AppState {
+    /// Builds the runtime (spawning its retry queue, so it needs a tokio runtime), a
+    /// fresh metrics registry it counts into, the span exporters it sends to and the batch
+    /// worker, whose handle the state holds.
+    pub fn build(self) -> Result<Application, BuildError> {
         let store = self.runtime.store.clone();
         let runtime = self.runtime.build();
         let metrics = Arc::new(Metrics::new(
             runtime.store_counters().clone(),
             runtime.observer_counters().clone(),
         ));
-        AppState {
-            runtime: runtime.with_metrics(metrics.clone()),
+        let (runtime, exporters) = subflow_telemetry::export_spans(
+            runtime.with_metrics(metrics.clone()),
+            self.exporters,
+            &metrics,
+            self.environment,
+        )?;
+        let mut batches = self.batches;
+        let worker = match self.worker {
+            Some(options) => {
+                let worker = options.worker(store.clone(), runtime.clone(), metrics.clone())?;
+                batches.worker = Some(worker.handle());
+                Some(worker)
+            }
+            None => None,
+        };
+        let state = AppState {
+            runtime,
             store,
             models: self.models,
             token_usage_enabled: self.token_usage_enabled,
@@ -94,8 +183,60 @@ impl AppOptions {
             metrics_public: self.metrics_public,
             web_enabled: self.web_enabled,
             streams: Streams::new(self.streams),
-            batches: self.batches,
+            batches,
             connections: self.connections,
-        }
+        };
+        Ok(Application {
+            state,
+            exporters,
+            export_timeout: self.export_timeout,
+            worker,
+        })
     }
+}
+
+impl Application {
+    /// What the routes share: store, runtime, metrics, settings.
+    pub fn state(&self) -> &AppState {
+        &self.state
+    }
+
+    /// The batch worker, taken out so a caller can drive it step by step; `run` then
+    /// serves without one (its handle stays in the state).
+    pub fn take_worker(&mut self) -> Option<Worker> {
+        self.worker.take()
+    }
+
+    /// Serves on `listener` with the batch worker running until `shutdown` is cancelled
+    /// (or serving fails), then stops the worker (within 5 s), spills the records the
+    /// retry queue still holds, and gives queued spans one last export.
+    pub async fn run(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<()> {
+        let worker = self.worker.map(|worker| {
+            let stop = shutdown.clone().cancelled_owned();
+            tokio::spawn(async move {
+                if let Err(error) = worker.run(stop).await {
+                    tracing::error!(%error, "the batch worker stopped on an error");
+                }
+            })
+        });
+        let runtime = self.state.runtime.clone();
+        let served = crate::serve(listener, self.state, shutdown.clone().cancelled_owned()).await;
+        shutdown.cancel();
+        if let Some(worker) = worker {
+            let _ = worker.await;
+        }
+        shut_down(&runtime, &self.exporters, self.export_timeout).await;
+        served
+    }
+}
+
+/// The end of a process that ran `runtime`: records the retry queue still holds are
+/// spilled (re-applied at the next start), and queued spans get one last export.
+pub async fn shut_down(runtime: &Runtime, exporters: &[OtlpExporter], export_timeout: Duration) {
+    runtime.retry_queue().shutdown().await;
+    subflow_telemetry::flush_all(exporters, export_timeout).await;
 }

@@ -38,10 +38,12 @@
 //! text is `nullable = false`; and `openapi::tests` holds one `check` that asks the
 //! document and the server about the same request bodies and expects one answer.
 //! `app.rs`, the one place the app is assembled: `AppOptions` (a `RuntimeOptions` plus
-//! the gateway's settings, named, with docs/configuration.md#sources defaults) and
-//! `build`, which builds the runtime, the metrics registry it counts into and the
-//! `AppState`; `subflow serve`, the benchmarks and the gateway tests' `spawn_app_with`
-//! build through it. Axum routes (`routes/<resource>.rs`), the SSE framing (`sse.rs`),
+//! the gateway's settings, span exporters and batch worker options, named, with
+//! docs/configuration.md#sources defaults) and `build`, which yields the `Application`:
+//! the runtime, the metrics registry it counts into, the exporters, the worker and the
+//! `AppState`; `Application::run(listener, shutdown)` serves it and stops it in order.
+//! `subflow serve`, the benchmarks and the gateway tests' `spawn_app_with` differ only in
+//! their options. Axum routes (`routes/<resource>.rs`), the SSE framing (`sse.rs`),
 //! the `X-Trace-Id` layer (`trace.rs`) and the one place where failures become status
 //! codes and `{"detail": …}` bodies (`error.rs`). `extract.rs` holds the `Path` and
 //! `Query` extractors every handler takes, whose rejections are those 422s (a tidy test
@@ -125,7 +127,7 @@ use utoipa::OpenApi;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
-pub use app::AppOptions;
+pub use app::{AppOptions, Application, BuildError, WorkerOptions, shut_down};
 pub use auth::{AuthMode, Caller};
 pub use error::ApiError;
 pub use routes::batches::BatchFeatures;
@@ -309,7 +311,7 @@ pub fn router(state: AppState) -> Router {
 /// Serves `router(state)` on `listener` until `shutdown` completes. Runs left behind by
 /// a stopped process are recovered first; while serving, stream logs are pruned, orphaned
 /// runs recovered and remote cancel requests relayed (`stream::upkeep`).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,

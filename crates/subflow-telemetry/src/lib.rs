@@ -24,3 +24,46 @@ pub mod otlp;
 
 pub use metrics::Metrics;
 pub use otlp::{ExporterConfig, OtlpExporter};
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use subflow_runtime::runtime::Runtime;
+use subflow_runtime::spans::{FanOut, SpanSink};
+
+/// Starts `exporters`, counting their dropped spans into `metrics`, and returns `runtime`
+/// sending its spans to all of them (tagged `env:<environment>`), with the exporters to
+/// flush at the end ([`flush_all`]).
+pub fn export_spans(
+    runtime: Runtime,
+    exporters: Vec<ExporterConfig>,
+    metrics: &Metrics,
+    environment: Option<String>,
+) -> Result<(Runtime, Vec<OtlpExporter>), otlp::Error> {
+    let mut started = Vec::with_capacity(exporters.len());
+    for exporter in exporters {
+        tracing::info!(exporter = %exporter.name, endpoint = %exporter.endpoint, "exporting spans");
+        let dropped = metrics.otlp_dropped(&exporter.name);
+        started.push(OtlpExporter::spawn(exporter, dropped)?);
+    }
+    if started.is_empty() {
+        return Ok((runtime, started));
+    }
+    let sinks = started
+        .iter()
+        .map(|e| Arc::new(e.clone()) as Arc<dyn SpanSink>)
+        .collect();
+    Ok((
+        runtime.with_spans(Arc::new(FanOut(sinks)), environment),
+        started,
+    ))
+}
+
+/// Gives the spans still queued one last export each, bounded by `export_timeout` and a
+/// second.
+pub async fn flush_all(exporters: &[OtlpExporter], export_timeout: Duration) {
+    let deadline = export_timeout + Duration::from_secs(1);
+    for exporter in exporters {
+        let _ = tokio::time::timeout(deadline, exporter.flush()).await;
+    }
+}

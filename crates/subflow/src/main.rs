@@ -7,11 +7,10 @@
 //! typed configuration tree (defaults → `subflow.toml` → `SUBFLOW__…` env → flags, merged
 //! as TOML before deserialising so errors name the key; validation; building models and
 //! observers); `storage.rs` picks the backend from `database.url`; `process.rs` is what
-//! `serve` and `worker` share (the runtime's options from the configuration, span
-//! exporters, the batch worker built from `subagent_batches.*`, the shutdown signal and
-//! the orderly stop); `commands/serve.rs` maps the configuration onto `RuntimeOptions`
-//! and `AppOptions` and runs the worker unless `--no-worker`, its handle in
-//! `AppState::batches`; `commands/worker.rs` runs a worker alone and refuses anything but
+//! `serve` and `worker` share (the runtime's and the batch worker's options from the
+//! configuration, the shutdown signal); `commands/serve.rs` maps the configuration onto
+//! the gateway's `AppOptions` in one function (`app_options`: runtime, exporters, the
+//! worker unless `--no-worker`) and runs the built `Application`; `commands/worker.rs` runs a worker alone and refuses anything but
 //! PostgreSQL; `commands/bench/batches.rs` times the worker against the executor alone,
 //! claim passes, and 1 against 3 worker processes; `commands/users.rs` and
 //! `commands/tokens.rs` administer users and tokens in the configured database

@@ -183,6 +183,26 @@ pub struct Thread {
     pub values: Map<String, Value>,
 }
 
+/// A thread as `POST /api/threads/search` answers it: every [`Thread`] field, or with
+/// `select` only the selected ones, so none is required. It describes the answer in the
+/// API document; the gateway writes the answer straight from the store's rows.
+#[cfg(feature = "openapi")]
+#[derive(Debug, utoipa::ToSchema)]
+pub struct SearchedThread {
+    /// Thread id.
+    pub thread_id: Option<String>,
+    /// RFC 3339.
+    pub created_at: Option<String>,
+    /// RFC 3339.
+    pub updated_at: Option<String>,
+    /// Free-form metadata.
+    pub metadata: Option<Map<String, Value>>,
+    /// idle, busy, interrupted or error.
+    pub status: Option<ThreadStatus>,
+    /// The latest state values.
+    pub values: Option<Map<String, Value>>,
+}
+
 /// The state values a run leaves: its messages, and a title once one is set.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

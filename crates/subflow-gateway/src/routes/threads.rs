@@ -11,7 +11,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use std::sync::Arc;
-use subflow_contracts::api::threads::{CheckpointRef, IfExists};
+use subflow_contracts::api::threads::{CheckpointRef, IfExists, SearchedThread};
 use subflow_contracts::api::{
     ErrorBody, HistoryRequest, SortOrder, StateUpdate, StateUpdated, Thread, ThreadCreate,
     ThreadField, ThreadPatch, ThreadSearch as SearchRequest, ThreadSortBy, ThreadState,
@@ -174,7 +174,7 @@ pub async fn get(
 #[utoipa::path(post, path = "/api/threads/search", tag = "threads",
     request_body(content = SearchRequest, description = "Every field optional"),
     responses(
-        (status = 200, description = "The caller's matching threads in the asked order; with `select`, only the selected fields of each", body = Vec<Thread>),
+        (status = 200, description = "The caller's matching threads in the asked order; with `select`, only the selected fields of each", body = Vec<SearchedThread>),
         (status = 422, description = "Invalid body, a limit outside 1-1000, or an unknown sort or select name", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("threads:read"))))]

@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use subflow_gateway::{AppOptions, AppState, AuthMode, ModelListing};
+use subflow_gateway::{AppOptions, AuthMode, ModelListing, WorkerOptions};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::admission::Admission;
 use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::Store;
 use subflow_store::batches::{BatchScope, ClaimRequest, ItemFailure, ItemQuery, NewBatch, NewItem};
+use tokio_util::sync::CancellationToken;
 
 mod api;
 mod auth;
@@ -68,8 +69,6 @@ pub struct Options {
     pub store: Option<Arc<dyn Store>>,
     /// Last changes to the app's options before it is built.
     pub configure: Box<dyn FnOnce(&mut AppOptions) + Send>,
-    /// Changes to the built state before it serves (e.g. a batch worker's handle).
-    pub state: Box<dyn FnOnce(&mut AppState) + Send>,
 }
 
 impl Default for Options {
@@ -80,7 +79,6 @@ impl Default for Options {
             auth: AuthMode::Local,
             store: None,
             configure: Box::new(|_| {}),
-            state: Box::new(|_| {}),
         }
     }
 }
@@ -90,34 +88,36 @@ pub async fn spawn_app() -> TestApp {
     spawn_app_with(Options::default()).await
 }
 
-/// A gateway built from `options` whose state holds the handle of a real batch worker
-/// on the gateway's store and runtime; the worker is returned, not yet running.
+/// A gateway built from `options` with a batch worker as `serve` builds one (on the
+/// gateway's store, runtime and metrics, its handle in the state); the worker is
+/// returned, not yet running, for the test to drive.
 pub async fn spawn_app_with_worker(options: Options) -> (TestApp, subflow_batches::Worker) {
-    let slot = Arc::new(std::sync::Mutex::new(None));
-    let then = options.state;
-    let filled = slot.clone();
-    let app = spawn_app_with(Options {
-        state: Box::new(move |state: &mut AppState| {
-            then(state);
-            let worker = subflow_batches::Options::new(
-                state.store.clone(),
-                state.runtime.clone(),
-                "test-host",
-            )
-            .build()
-            .unwrap();
-            state.batches.worker = Some(worker.handle());
-            *filled.lock().unwrap() = Some(worker);
+    let configure = options.configure;
+    let (app, worker) = start(Options {
+        configure: Box::new(move |app: &mut AppOptions| {
+            app.worker = Some(WorkerOptions {
+                hostname: "test-host".into(),
+                lease: Duration::from_secs(120),
+                poll_interval: Duration::from_secs(1),
+                max_result_chars: 100_000,
+                result_preview_max_chars: 2_000,
+            });
+            configure(app);
         }),
         ..options
     })
     .await;
-    let worker = slot.lock().unwrap().take().unwrap();
-    (app, worker)
+    (app, worker.expect("the options ask for a worker"))
 }
 
 /// A gateway built from `options` on a free loopback port.
 pub async fn spawn_app_with(options: Options) -> TestApp {
+    start(options).await.0
+}
+
+/// Builds and serves the application; its batch worker, if the options asked for one,
+/// is taken out for the caller.
+async fn start(options: Options) -> (TestApp, Option<subflow_batches::Worker>) {
     let dir = tempfile::tempdir().unwrap();
     let sqlite = options
         .store
@@ -166,18 +166,14 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         )
     };
     (options.configure)(&mut app);
-    let mut state = app.build();
-    (options.state)(&mut state);
-    let metrics = state.metrics.clone();
-    let admission = state.runtime.admission().clone();
+    let mut app = app.build().unwrap();
+    let worker = app.take_worker();
+    let metrics = app.state().metrics.clone();
+    let admission = app.state().runtime.admission().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(subflow_gateway::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
-    TestApp {
+    tokio::spawn(app.run(listener, CancellationToken::new()));
+    let app = TestApp {
         base,
         client: reqwest::Client::builder().no_proxy().build().unwrap(),
         store,
@@ -185,7 +181,8 @@ pub async fn spawn_app_with(options: Options) -> TestApp {
         admission,
         sqlite,
         _dir: dir,
-    }
+    };
+    (app, worker)
 }
 
 /// A streamed run as the client saw it.

@@ -1,8 +1,10 @@
 //! `subflow serve`: loads and validates the configuration, migrates the database,
-//! re-applies spilled run events, starts the batch worker unless `--no-worker` (or
-//! `subagent_batches.enabled = false`), then serves the gateway until interrupted; the
-//! worker stops within 5 s of the signal.
+//! re-applies spilled run events, maps the configuration onto the gateway's
+//! [`AppOptions`] (with the batch worker unless `--no-worker` or
+//! `subagent_batches.enabled = false`), builds the application and runs it until
+//! interrupted; the worker stops within 5 s of the signal.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -10,6 +12,7 @@ use subflow_gateway::server::ConnectionTimeouts;
 use subflow_gateway::stream::StreamConfig;
 use subflow_gateway::usage::{ModelFacts, Price};
 use subflow_gateway::{AppOptions, BatchFeatures, ModelListing};
+use subflow_store::Store;
 
 use super::DatabaseArgs;
 use crate::config::{AuthMode, Config};
@@ -66,31 +69,28 @@ fn facts(config: &Config) -> Vec<ModelFacts> {
     facts
 }
 
-/// Runs `subflow serve`.
-pub async fn run(args: Args) -> anyhow::Result<()> {
-    let mut overrides = args.database.overrides();
-    if let Some(listen) = &args.listen {
-        overrides.push(("server.listen", listen.as_str()));
-    }
-    let built = args.database.config().load_and_build(&overrides)?;
-    let config = built.config;
-    crate::logging::init(
-        &config.logging.level,
-        crate::logging::LineFormat::of(&config.logging),
-    );
-    let url = config.database.url.clone();
-    let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
-    let data_dir = data_dir(&url);
-    let store = backend.store();
-    let runtime = process::runtime_options(
-        &config,
-        store.clone(),
-        built.models,
-        built.observers,
-        &data_dir,
-    );
-    let mut state = AppOptions {
-        model_facts: facts(&config),
+/// The gateway's options as `config` sets them, on `store` with its data in `data_dir`,
+/// with the in-process batch worker unless `no_worker` or `subagent_batches.enabled =
+/// false`: everything `serve` runs, decided in one place.
+fn app_options(
+    config: &Config,
+    built: crate::config::Built,
+    store: Arc<dyn Store>,
+    data_dir: &std::path::Path,
+    no_worker: bool,
+) -> AppOptions {
+    let runtime = process::runtime_options(config, store, built.models, built.observers, data_dir);
+    let worker = if no_worker {
+        tracing::info!("running without a batch worker (--no-worker)");
+        None
+    } else if !config.subagent_batches.enabled {
+        tracing::info!("running without a batch worker (subagent_batches.enabled = false)");
+        None
+    } else {
+        Some(process::worker_options(config))
+    };
+    AppOptions {
+        model_facts: facts(config),
         token_usage_enabled: config.token_usage.enabled,
         run_timeout: Duration::from_secs(config.runs.timeout_seconds),
         heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
@@ -116,28 +116,36 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             header: Duration::from_secs(config.server.header_timeout_seconds),
             body: Duration::from_secs(config.server.body_timeout_seconds),
         },
-        ..AppOptions::new(runtime, listings(&config))
+        exporters: built.exporters,
+        environment: config.tracing.environment.clone(),
+        export_timeout: Duration::from_secs(config.tracing.export_timeout_seconds),
+        worker,
+        ..AppOptions::new(runtime, listings(config))
     }
-    .build();
-    // The exporters count their dropped spans into the registry the app was built with.
-    let (runtime, exporters) =
-        process::with_exporters(&config, built.exporters, &state.metrics, state.runtime)?;
-    state.runtime = runtime;
-    let shutdown = shutdown_on_signal();
-    let worker_task = if args.no_worker {
-        tracing::info!("running without a batch worker (--no-worker)");
-        None
-    } else if !config.subagent_batches.enabled {
-        tracing::info!("running without a batch worker (subagent_batches.enabled = false)");
-        None
-    } else {
-        let worker =
-            process::batch_worker(&config, store, state.runtime.clone(), state.metrics.clone())?;
-        let (handle, task) = process::spawn_worker(worker, shutdown.clone());
-        state.batches.worker = Some(handle);
-        Some(task)
-    };
-    let runtime = state.runtime.clone();
+}
+
+/// Runs `subflow serve`.
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    let mut overrides = args.database.overrides();
+    if let Some(listen) = &args.listen {
+        overrides.push(("server.listen", listen.as_str()));
+    }
+    let built = args.database.config().load_and_build(&overrides)?;
+    let config = built.config.clone();
+    crate::logging::init(
+        &config.logging.level,
+        crate::logging::LineFormat::of(&config.logging),
+    );
+    let url = config.database.url.clone();
+    let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
+    let app = app_options(
+        &config,
+        built,
+        backend.store(),
+        &data_dir(&url),
+        args.no_worker,
+    )
+    .build()?;
     let listener = tokio::net::TcpListener::bind(&config.server.listen)
         .await
         .with_context(|| format!("cannot listen on {} (server.listen)", config.server.listen))?;
@@ -148,14 +156,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "subflow: listening on http://{address} (database {})",
         redact(&url)
     );
-    let served = subflow_gateway::serve(listener, state, shutdown.clone().cancelled_owned()).await;
-    // Serving may also end on an error: the worker stops with the process either way.
-    shutdown.cancel();
-    if let Some(task) = worker_task {
-        let _ = task.await;
-    }
-    served.context("serving HTTP")?;
-    process::stop(&config, &runtime, &exporters).await;
+    app.run(listener, shutdown_on_signal())
+        .await
+        .context("serving HTTP")?;
     eprintln!("subflow: stopped");
     Ok(())
 }

@@ -3,7 +3,9 @@
 //! `serve` process, so it refuses to start there with exit code 2.
 
 use std::sync::Arc;
+use std::time::Duration;
 
+use anyhow::Context;
 use subflow_telemetry::Metrics;
 
 use super::{DatabaseArgs, Exit};
@@ -55,19 +57,26 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         runtime.store_counters().clone(),
         runtime.observer_counters().clone(),
     ));
-    let runtime = runtime.with_metrics(metrics.clone());
-    let (runtime, exporters) =
-        process::with_exporters(&config, built.exporters, &metrics, runtime)?;
-    let worker = process::batch_worker(&config, store, runtime.clone(), metrics)?;
-    let shutdown = shutdown_on_signal();
+    let (runtime, exporters) = subflow_telemetry::export_spans(
+        runtime.with_metrics(metrics.clone()),
+        built.exporters,
+        &metrics,
+        config.tracing.environment.clone(),
+    )
+    .context("starting a span exporter")?;
+    let worker = process::worker_options(&config)
+        .worker(store, runtime.clone(), metrics)
+        .context("starting the batch worker")?;
     eprintln!(
         "subflow: batch worker {} on database {}",
         worker.handle().worker_id(),
         redact(&url)
     );
-    let (_, task) = process::spawn_worker(worker, shutdown);
-    let _ = task.await;
-    process::stop(&config, &runtime, &exporters).await;
+    if let Err(error) = worker.run(shutdown_on_signal().cancelled_owned()).await {
+        tracing::error!(%error, "the batch worker stopped on an error");
+    }
+    let export_timeout = Duration::from_secs(config.tracing.export_timeout_seconds);
+    subflow_gateway::shut_down(&runtime, &exporters, export_timeout).await;
     eprintln!("subflow: stopped");
     Ok(())
 }

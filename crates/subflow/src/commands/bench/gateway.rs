@@ -50,18 +50,14 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         demo_delay_ms: 0,
         ..ScriptedConfig::default()
     })?);
-    let state = AppOptions::new(
+    let app = AppOptions::new(
         RuntimeOptions::new(store.clone(), vec![model], dir.path().to_path_buf()),
         vec![ModelListing::named("scripted", "scripted-1")],
     )
-    .build();
+    .build()?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    tokio::spawn(subflow_gateway::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    tokio::spawn(app.run(listener, tokio_util::sync::CancellationToken::new()));
     let client = reqwest::Client::builder().no_proxy().build()?;
 
     let mut over_http = Vec::new();

@@ -198,15 +198,11 @@ async fn over_sse(
 async fn serve(
     runtime: RuntimeOptions,
 ) -> anyhow::Result<(String, tokio::task::JoinHandle<std::io::Result<()>>)> {
-    let state =
-        AppOptions::new(runtime, vec![ModelListing::named("scripted", "scripted-1")]).build();
+    let app =
+        AppOptions::new(runtime, vec![ModelListing::named("scripted", "scripted-1")]).build()?;
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
-    let server = tokio::spawn(subflow_gateway::serve(
-        listener,
-        state,
-        std::future::pending(),
-    ));
+    let server = tokio::spawn(app.run(listener, tokio_util::sync::CancellationToken::new()));
     Ok((base, server))
 }
 
