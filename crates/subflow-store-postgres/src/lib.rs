@@ -25,9 +25,11 @@
 //! `subflow_cancel`; `listen` is one `PgListener` per process; leases and pruning use the
 //! database clock. `open` tries one connection under a 5 s deadline before building the
 //! pool, so an unreachable server is an error at once instead of after the pool's 30 s of
-//! retries. `batches.rs`: a claim pass locks the active batch rows `FOR UPDATE SKIP
-//! LOCKED`, then their queued items the same way; every other batch write locks the batch
-//! row `FOR UPDATE` before its item rows; lease times are `now()` in epoch milliseconds.
+//! retries. `batches.rs`: each write one transaction running a shared
+//! `subflow_store::batches::rows` function over `batches/rows.rs`, this backend's row
+//! access: a claim pass locks the active batch rows `FOR UPDATE SKIP LOCKED`, then their
+//! queued items the same way; every other batch write locks the batch row `FOR UPDATE`
+//! before its item rows; lease times are `now()` in epoch milliseconds.
 
 mod auth;
 mod batches;

@@ -39,8 +39,10 @@
 //! single-threaded runtime (paused test time must not jump). `events.rs`, `records.rs`,
 //! `checkpoints.rs`, `auth.rs`; `streams.rs`: stream logs, leases (this process's clock,
 //! epoch milliseconds) and cancel requests; every row cascades from its run.
-//! `batches.rs`: every call one write of the writer's (the single writer serialises claim
-//! passes), leases on the store's `Clock`. Every item transition rewrites its batch row,
+//! `batches.rs`: every write one job of the writer's (the single writer serialises claim
+//! passes) running a shared `subflow_store::batches::rows` function over
+//! `batches/rows.rs`, this backend's row access, to its end on the writer thread (its
+//! futures never wait); leases on the store's `Clock`. Every item transition rewrites its batch row,
 //! so the row is kept small (the `execution_spec` lives in `subagent_batch_specs`,
 //! written once) and worker writes read it without the spec; the status index holds
 //! unfinished items only, and the pass promotes pending items with one statement.

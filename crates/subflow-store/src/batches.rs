@@ -29,6 +29,7 @@ use crate::{Error, Result};
 
 pub mod activity;
 pub mod machine;
+pub mod rows;
 
 pub use activity::{ActivityQuery, ActivityRow, BatchActivity, ModelItemUsage, fold_activity};
 
@@ -902,40 +903,36 @@ pub trait BatchStore: Send + Sync + fmt::Debug {
     /// [`Renewal::CancelRequested`] or [`Renewal::Lost`] when the caller must stop.
     async fn renew_lease(&self, lease: &ItemLease, ttl: Duration) -> Result<Renewal>;
 
-    /// A `leased` or `running` item's attempt succeeded: `succeeded` with its result, or
-    /// `cancelled` when a cancel was requested. Returns the item's new status, `None`
-    /// when the write was fenced out. A batch whose items are all terminal completes.
+    /// Finalises several attempts, its new status (`None` when fenced out) at each
+    /// outcome's index: a success makes a `leased` or `running` item `succeeded` with its
+    /// result, a failure makes it `queued` again while `attempt < max_attempts`, else
+    /// `failed`; either makes it `cancelled` when a cancel was requested. A batch whose
+    /// items are all terminal completes. The SQL backends write the list in one
+    /// transaction, each batch row once. Trying the list again is safe: an outcome
+    /// already written fences its repeat out.
+    async fn finish_attempts(
+        &self,
+        outcomes: &[(ItemLease, AttemptOutcome)],
+    ) -> Result<Vec<Option<BatchItemStatus>>>;
+
+    /// One success, as [`BatchStore::finish_attempts`] writes it.
     async fn finish_success(
         &self,
         lease: &ItemLease,
         outcome: &ItemSuccess,
-    ) -> Result<Option<BatchItemStatus>>;
+    ) -> Result<Option<BatchItemStatus>> {
+        let outcome = [(lease.clone(), AttemptOutcome::Succeeded(outcome.clone()))];
+        Ok(self.finish_attempts(&outcome).await?.pop().flatten())
+    }
 
-    /// A `leased` or `running` item's attempt failed: `queued` again while
-    /// `attempt < max_attempts`, else `failed`; `cancelled` when a cancel was requested.
+    /// One failure, as [`BatchStore::finish_attempts`] writes it.
     async fn finish_failure(
         &self,
         lease: &ItemLease,
         outcome: &ItemFailure,
-    ) -> Result<Option<BatchItemStatus>>;
-
-    /// Finalises several attempts, each as [`BatchStore::finish_success`] or
-    /// [`BatchStore::finish_failure`] would, its new status (`None` when fenced out) at
-    /// its index. A backend may write them in one transaction, each batch row once; the
-    /// default writes them one by one and stops at the first error. Trying the list
-    /// again is safe either way: an outcome already written fences its repeat out.
-    async fn finish_attempts(
-        &self,
-        outcomes: &[(ItemLease, AttemptOutcome)],
-    ) -> Result<Vec<Option<BatchItemStatus>>> {
-        let mut statuses = Vec::with_capacity(outcomes.len());
-        for (lease, outcome) in outcomes {
-            statuses.push(match outcome {
-                AttemptOutcome::Succeeded(success) => self.finish_success(lease, success).await?,
-                AttemptOutcome::Failed(failure) => self.finish_failure(lease, failure).await?,
-            });
-        }
-        Ok(statuses)
+    ) -> Result<Option<BatchItemStatus>> {
+        let outcome = [(lease.clone(), AttemptOutcome::Failed(outcome.clone()))];
+        Ok(self.finish_attempts(&outcome).await?.pop().flatten())
     }
 
     /// Hands a `leased` or `running` claim back without an outcome ([`ReleaseReason`]):

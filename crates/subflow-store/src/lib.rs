@@ -36,8 +36,10 @@
 //! `finish_attempts` finalises many outcomes in one call), heartbeats and the gauges'
 //! totals — with `batches/machine.rs`, **the docs/batches.md state machine as functions
 //! on loaded records** that every backend applies inside its transaction, so no backend
-//! has its own transition rules, and `batches/activity.rs`, `batch_activity`'s types: one
-//! grouped read of the items' usage per batch and model and of their recent completions,
+//! has its own transition rules; `batches/rows.rs`, the SQL backends' writes written once
+//! over a backend's `BatchRows` (row access inside its transaction); and
+//! `batches/activity.rs`, `batch_activity`'s types: one grouped read of the items' usage
+//! per batch and model and of their recent completions,
 //! which every backend (each in its own `batches/activity.rs`) folds with the one
 //! `fold_activity`; a `Clock` (`ManualClock` in tests) is the lease clock of the
 //! single-process backends; its property test is `conformance/batch_history.rs`. **One

@@ -8,9 +8,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use subflow_contracts::BatchItemStatus;
 use subflow_store::{
-    BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals, ClaimPass,
-    ClaimRequest, Error, ItemFailure, ItemLease, ItemQuery, ItemSuccess, NewBatch, ReleaseReason,
-    Renewal, Result, RetryOutcome, Submitted, WorkerHeartbeat,
+    AttemptOutcome, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
+    ClaimPass, ClaimRequest, Error, ItemLease, ItemQuery, NewBatch, ReleaseReason, Renewal, Result,
+    RetryOutcome, Submitted, WorkerHeartbeat,
 };
 use tokio::sync::{Notify, Semaphore};
 
@@ -123,27 +123,37 @@ impl BatchStore for Faults {
     async fn renew_lease(&self, lease: &ItemLease, ttl: Duration) -> Result<Renewal> {
         self.inner.renew_lease(lease, ttl).await
     }
-    async fn finish_success(
+    /// Each success is one finish call, counted; an injected failure stops the list
+    /// there.
+    async fn finish_attempts(
         &self,
-        lease: &ItemLease,
-        outcome: &ItemSuccess,
-    ) -> Result<Option<BatchItemStatus>> {
-        self.finish_calls.fetch_add(1, Ordering::SeqCst);
-        let fail = self
-            .failing_finishes
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if fail {
-            return Err(injected());
+        outcomes: &[(ItemLease, AttemptOutcome)],
+    ) -> Result<Vec<Option<BatchItemStatus>>> {
+        let mut statuses = Vec::with_capacity(outcomes.len());
+        for outcome in outcomes {
+            if !matches!(outcome.1, AttemptOutcome::Succeeded(_)) {
+                statuses.extend(
+                    self.inner
+                        .finish_attempts(std::slice::from_ref(outcome))
+                        .await?,
+                );
+                continue;
+            }
+            self.finish_calls.fetch_add(1, Ordering::SeqCst);
+            let fail = self
+                .failing_finishes
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+            if fail {
+                return Err(injected());
+            }
+            statuses.extend(
+                self.inner
+                    .finish_attempts(std::slice::from_ref(outcome))
+                    .await?,
+            );
         }
-        self.inner.finish_success(lease, outcome).await
-    }
-    async fn finish_failure(
-        &self,
-        lease: &ItemLease,
-        outcome: &ItemFailure,
-    ) -> Result<Option<BatchItemStatus>> {
-        self.inner.finish_failure(lease, outcome).await
+        Ok(statuses)
     }
     async fn release_claim(
         &self,

@@ -11,10 +11,10 @@ use subflow_contracts::{BatchItemStatus, BatchStatus};
 
 use crate::batches::machine::{self, Now};
 use crate::batches::{
-    ActivityQuery, ActivityRow, BatchActivity, BatchCounts, BatchItem, BatchQuery, BatchRecord,
-    BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, EXPORT_PAGE, ItemFailure,
-    ItemLease, ItemQuery, ItemSuccess, ReleaseReason, Renewal, RetryOutcome, Submitted,
-    WorkerHeartbeat, fold_activity,
+    ActivityQuery, ActivityRow, AttemptOutcome, BatchActivity, BatchCounts, BatchItem, BatchQuery,
+    BatchRecord, BatchScope, BatchStore, BatchTotals, ClaimPass, ClaimRequest, EXPORT_PAGE,
+    ItemLease, ItemQuery, ReleaseReason, Renewal, RetryOutcome, Submitted, WorkerHeartbeat,
+    fold_activity,
 };
 use crate::streams::millis;
 use crate::{MemoryStore, Result};
@@ -351,24 +351,23 @@ impl BatchStore for MemoryStore {
             .unwrap_or(Renewal::Lost))
     }
 
-    async fn finish_success(
+    async fn finish_attempts(
         &self,
-        lease: &ItemLease,
-        outcome: &ItemSuccess,
-    ) -> Result<Option<BatchItemStatus>> {
-        Ok(self.worker_write(lease, |batch, item, now| {
-            machine::finish_success(batch, item, lease, outcome, now)
-        }))
-    }
-
-    async fn finish_failure(
-        &self,
-        lease: &ItemLease,
-        outcome: &ItemFailure,
-    ) -> Result<Option<BatchItemStatus>> {
-        Ok(self.worker_write(lease, |batch, item, now| {
-            machine::finish_failure(batch, item, lease, outcome, now)
-        }))
+        outcomes: &[(ItemLease, AttemptOutcome)],
+    ) -> Result<Vec<Option<BatchItemStatus>>> {
+        Ok(outcomes
+            .iter()
+            .map(|(lease, outcome)| {
+                self.worker_write(lease, |batch, item, now| match outcome {
+                    AttemptOutcome::Succeeded(success) => {
+                        machine::finish_success(batch, item, lease, success, now)
+                    }
+                    AttemptOutcome::Failed(failure) => {
+                        machine::finish_failure(batch, item, lease, failure, now)
+                    }
+                })
+            })
+            .collect())
     }
 
     async fn release_claim(

@@ -486,22 +486,6 @@ impl BatchStore for CountingStore {
         self.write();
         self.inner.renew_lease(lease, ttl).await
     }
-    async fn finish_success(
-        &self,
-        lease: &ItemLease,
-        outcome: &ItemSuccess,
-    ) -> StoreResult<Option<BatchItemStatus>> {
-        self.write();
-        self.inner.finish_success(lease, outcome).await
-    }
-    async fn finish_failure(
-        &self,
-        lease: &ItemLease,
-        outcome: &ItemFailure,
-    ) -> StoreResult<Option<BatchItemStatus>> {
-        self.write();
-        self.inner.finish_failure(lease, outcome).await
-    }
     async fn finish_attempts(
         &self,
         outcomes: &[(ItemLease, AttemptOutcome)],
