@@ -68,6 +68,7 @@ mod events;
 mod records;
 mod streams;
 mod tasks;
+mod wal;
 
 /// The embedded migrations, in order. `PRAGMA user_version` holds how many are applied.
 const MIGRATIONS: &[&str] = &[
@@ -171,7 +172,12 @@ where
 
 /// The writer thread: takes every write waiting (up to [`MAX_GROUP`]) and commits them
 /// together, until the store closes; then closes the connection.
-fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
+fn run_writer(
+    mut conn: Connection,
+    path: Option<PathBuf>,
+    jobs: mpsc::Receiver<Box<dyn WriteJob>>,
+) {
+    let mut wal = wal::WalBound::new(&conn, path);
     while let Ok(first) = jobs.recv() {
         let mut group = vec![first];
         while group.len() < MAX_GROUP {
@@ -180,8 +186,10 @@ fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
                 Err(_) => break,
             }
         }
-        write_group(&mut conn, group);
+        let committed = write_group(&mut conn, group);
+        wal.after_group(&conn, committed);
     }
+    wal.truncate(&conn);
     if let Err((_, error)) = conn.close() {
         tracing::warn!(%error, "closing the SQLite writer failed");
     }
@@ -190,8 +198,9 @@ fn run_writer(mut conn: Connection, jobs: mpsc::Receiver<Box<dyn WriteJob>>) {
 /// One transaction over `group`, each write in its own savepoint (a lone write in none):
 /// a write that fails (or panics) is rolled back alone. If SQLite rolls the whole
 /// transaction back (a full disk, an I/O error) or the commit fails, every write of the
-/// group is answered with that error, and none of them is in the database.
-fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
+/// group is answered with that error, and none of them is in the database. Whether it
+/// committed.
+fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) -> bool {
     if !conn.is_autocommit() {
         let _ = conn.execute_batch("ROLLBACK");
     }
@@ -200,7 +209,7 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
         group
             .into_iter()
             .for_each(|job| job.refuse(message.clone()));
-        return;
+        return false;
     }
     // A lone write needs no savepoint (whose journal copies every page it touches): if
     // it fails, the whole transaction is rolled back.
@@ -256,6 +265,7 @@ fn write_group(conn: &mut Connection, group: Vec<Box<dyn WriteJob>>) {
     for reply in replies {
         reply(committed.clone());
     }
+    committed.is_ok()
 }
 
 /// Runs one statement of the group's transaction from the statement cache, sparing the
@@ -361,10 +371,6 @@ fn open_writer(target: &Target) -> Result<Connection> {
     // The savepoint journals of grouped writes stay in memory instead of spilling to a
     // temporary file past 64 KiB.
     conn.pragma_update(None, "temp_store", "MEMORY").db()?;
-    // Checkpoint every 8,192 WAL pages (32 MiB) rather than 1,000: each checkpoint
-    // fsyncs the database file, and with synchronous=NORMAL those fsyncs are the only
-    // ones a write pays.
-    conn.pragma_update(None, "wal_autocheckpoint", 8192).db()?;
     migrate(&mut conn)?;
     Ok(conn)
 }
@@ -422,6 +428,10 @@ impl SqliteStore {
         let readers = max_connections.max(1) as usize;
         spawn_blocking(move || {
             let writer = open_writer(&target)?;
+            let wal_path = match &target {
+                Target::Memory => None,
+                Target::File(path) => Some(path.clone()),
+            };
             let readers = match target {
                 Target::Memory => None,
                 Target::File(path) => {
@@ -440,7 +450,7 @@ impl SqliteStore {
             let (jobs, queue) = mpsc::channel();
             let thread = std::thread::Builder::new()
                 .name("sqlite-writer".to_owned())
-                .spawn(move || run_writer(writer, queue))
+                .spawn(move || run_writer(writer, wal_path, queue))
                 .map_err(Error::backend)?;
             Ok(SqliteStore {
                 inner: Arc::new(Inner {

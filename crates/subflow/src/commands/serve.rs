@@ -156,9 +156,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         "subflow: listening on http://{address} (database {})",
         redact(&url)
     );
-    app.run(listener, shutdown_on_signal())
+    let served = app
+        .run(listener, shutdown_on_signal())
         .await
-        .context("serving HTTP")?;
+        .context("serving HTTP");
+    // Last, after every write: SQLite checkpoints and truncates its WAL here.
+    backend.close().await;
+    served?;
     eprintln!("subflow: stopped");
     Ok(())
 }

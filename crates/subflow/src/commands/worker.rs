@@ -77,6 +77,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     }
     let export_timeout = Duration::from_secs(config.tracing.export_timeout_seconds);
     subflow_gateway::shut_down(&runtime, &exporters, export_timeout).await;
+    backend.close().await;
     eprintln!("subflow: stopped");
     Ok(())
 }

@@ -2,7 +2,8 @@
 //! file fills the rest of it mid-run. Cancel and a multitask interrupt answer while no
 //! write can land; once the file is removed the run ends `error` with
 //! `store_unavailable` without a restart, its messages are kept, and the thread takes
-//! new runs. Mounting needs root (CI and the development machines run as root); as another
+//! new runs. The WAL stays within a quarter of the volume's free space however many
+//! commits rewrite a row, and a closed store leaves none. Mounting needs root (CI and the development machines run as root); as another
 //! user the test says so and checks nothing, and as root a failed mount fails it.
 
 use std::io::Write;
@@ -11,6 +12,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use subflow_store::batches::{BatchStore, WorkerHeartbeat};
+use subflow_store_sqlite::SqliteStore;
 
 use crate::recovery::{Serve, client, get, start_demo_run, write_config};
 
@@ -122,4 +125,44 @@ async fn a_full_disk_mid_run_ends_the_run_error_once_space_is_freed_and_the_thre
     let after = get(&api, "/threads/t-full/runs?limit=1").await;
     assert_eq!(after[0]["status"], "success", "{after}");
     process.kill();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wal_stays_within_a_small_volume_and_a_closed_store_leaves_none() {
+    let Some(disk) = SmallDisk::mount() else {
+        eprintln!("skipped: mounting a tmpfs needs root, and this test runs as another user");
+        return;
+    };
+    let path = disk.path().join("wal.sqlite");
+    let store = SqliteStore::open(&format!("sqlite://{}", path.display()), 2)
+        .await
+        .unwrap();
+    let wal = disk.path().join("wal.sqlite-wal");
+    let mut largest = 0;
+    // Each commit rewrites one row and appends at least a page to the WAL: 6,000 of them
+    // are about three times the volume.
+    for n in 0..6_000 {
+        let heartbeat = WorkerHeartbeat {
+            worker_id: "0".repeat(32),
+            hostname: format!("host-{n}"),
+            started_at: "2026-12-03T00:00:00Z".to_owned(),
+        };
+        if let Err(error) = store.heartbeat(&heartbeat).await {
+            panic!("commit {n} failed with {largest} bytes of WAL: {error}");
+        }
+        if n % 100 == 0 {
+            largest = largest.max(std::fs::metadata(&wal).map_or(0, |meta| meta.len()));
+        }
+    }
+    assert!(
+        largest <= 3 << 20,
+        "the WAL grew to {largest} bytes on an 8 MiB volume"
+    );
+    assert_eq!(
+        store.live_workers(Duration::from_secs(60)).await.unwrap(),
+        1
+    );
+    store.close().await;
+    let left = std::fs::metadata(&wal).map_or(0, |meta| meta.len());
+    assert_eq!(left, 0, "a closed store leaves an empty WAL or none");
 }
