@@ -24,8 +24,8 @@ use subflow_runtime::runtime::{Runtime, RuntimeOptions};
 use subflow_runtime::subagent::{ExecutionSpec, SubagentDefinition, SubmittedBy};
 use subflow_store::{
     AttemptOutcome, BatchItem, BatchQuery, BatchRecord, BatchScope, BatchStore, BatchTotals,
-    ClaimPass, ClaimRequest, ItemFailure, ItemLease, ItemQuery, ItemSuccess, NewBatch, NewItem,
-    ReleaseReason, Renewal, Result as StoreResult, RetryOutcome, Store, Submitted, WorkerHeartbeat,
+    ClaimPass, ClaimRequest, ItemLease, ItemQuery, NewBatch, NewItem, ReleaseReason, Renewal,
+    Result as StoreResult, RetryOutcome, Store, Submitted, WorkerHeartbeat,
 };
 use subflow_store_postgres::PostgresStore;
 use subflow_store_sqlite::SqliteStore;
