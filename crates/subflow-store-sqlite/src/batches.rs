@@ -45,6 +45,25 @@ fn at_once<T>(work: impl Future<Output = Result<T>>) -> Result<T> {
 }
 
 impl SqliteStore {
+    /// Ends every batch item lease now: for a `serve` starting on this file. One process
+    /// uses a SQLite file, so a lease still held names a process that is gone, and the
+    /// next claim pass recovers its items (docs/batches.md#leases-and-fencing) instead of
+    /// leaving them `running` for the rest of their lease. How many leases it ended.
+    pub async fn expire_item_leases(&self) -> Result<u64> {
+        let ended = self
+            .write(|conn| {
+                conn.prepare_cached(
+                    "UPDATE subagent_batch_items SET lease_expires_at = 0 \
+                     WHERE status IN ('leased', 'running') AND lease_expires_at > 0",
+                )
+                .db()?
+                .execute([])
+                .db()
+            })
+            .await?;
+        Ok(ended as u64)
+    }
+
     /// Runs `work` over this store's [`BatchRows`](shared::BatchRows) in one IMMEDIATE
     /// transaction on the writer thread.
     async fn transact<T, F>(&self, work: F) -> Result<T>

@@ -119,6 +119,16 @@ impl Backend {
         }
     }
 
+    /// What a starting `serve` recovers beyond its runs: on SQLite, the batch item leases
+    /// of the process that used the file before (one process uses it, so none is still
+    /// held). PostgreSQL's leases belong to live processes until they expire.
+    pub async fn recover_item_leases(&self) -> anyhow::Result<u64> {
+        match self {
+            Backend::Sqlite(store) => Ok(store.expire_item_leases().await?),
+            Backend::Postgres(_) => Ok(0),
+        }
+    }
+
     /// Closes the connections; SQLite folds its write-ahead log back into the file.
     pub async fn close(&self) {
         match self {

@@ -138,6 +138,13 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     );
     let url = config.database.url.clone();
     let backend = super::migrate::open_and_recover(&url, config.database.max_connections).await?;
+    let leases = backend
+        .recover_item_leases()
+        .await
+        .context("ending the batch item leases of the previous serve")?;
+    if leases > 0 {
+        tracing::info!(leases, "ended the batch item leases of the previous serve");
+    }
     let app = app_options(
         &config,
         built,

@@ -415,6 +415,15 @@ async fn on_sqlite_serve_killed_mid_batch_and_restarted_finishes_the_batch() {
     // Attempts of 1.5 s, so the kill, made as soon as items are seen running, lands while
     // they run and not in the moment between one item's end and the next one's start.
     let config = write_config(dir.path(), 1500, &url);
+    // A lease far longer than the test's patience: the restart must recover the killed
+    // serve's items at once rather than after their lease.
+    let text = std::fs::read_to_string(&config).unwrap();
+    let long_lease = text.replace(
+        &format!("lease_seconds = {LEASE_SECONDS}"),
+        "lease_seconds = 600",
+    );
+    assert_ne!(text, long_lease, "the configuration names the lease");
+    std::fs::write(&config, long_lease).unwrap();
     let (mut first, address) = serve(dir.path(), &config, &[]);
     let id = submit(&address, 40).await;
     let mid = wait_for(
