@@ -299,7 +299,11 @@ async fn launch(
     );
     // `metadata` is stored before the run starts, so a run without a log is one that
     // ended before logs existed, never one whose first write is still pending.
-    store_first_frames(&hub, &*store).await;
+    let fence = Fence {
+        owner: streams.lease_owner().to_owned(),
+        cancel: cancel.clone(),
+    };
+    store_first_frames(&hub, &*store, &fence).await;
     streams.hubs().insert(run_id.to_owned(), hub.clone());
     let (done_tx, done) = watch::channel(false);
     state.active.insert(
@@ -312,7 +316,7 @@ async fn launch(
     );
     let run_task = tokio::spawn(execution.instrument(span.clone()));
     let persister =
-        tokio::spawn(persist(hub.clone(), store.clone(), barrier).instrument(span.clone()));
+        tokio::spawn(persist(hub.clone(), store.clone(), barrier, fence).instrument(span.clone()));
     let pump = Pump {
         hub,
         store,
@@ -474,22 +478,43 @@ impl Pump {
     }
 }
 
+/// What fences a run's frame writes: the lease owner they are written under, and the
+/// run's cancel, pulled when the store says another process recovered the run.
+struct Fence {
+    owner: String,
+    cancel: CancellationToken,
+}
+
+impl Fence {
+    /// The store refused a write because the lease is another's: the run stops here,
+    /// and its watchers get `lease_lost` once they have read what was stored.
+    fn lost(&self, hub: &Hub) {
+        tracing::warn!(run_id = %hub.run_id, "another process recovered the run; it stops here");
+        hub.lease_lost();
+        self.cancel.cancel();
+    }
+}
+
 /// Stores the frames a hub holds now, once; a failure is left to the write-behind.
-async fn store_first_frames(hub: &Hub, store: &dyn Store) {
+async fn store_first_frames(hub: &Hub, store: &dyn Store, fence: &Fence) {
     let (frames, ends) = hub.unpersisted(PERSIST_BATCH);
     let Some(last) = frames.last().map(|f| f.id) else {
         return;
     };
-    match store.append_frames(&batch_of(hub, &frames, ends)).await {
+    match store
+        .append_frames(&batch_of(hub, &frames, ends, fence))
+        .await
+    {
         Ok(_) => hub.persisted(last),
+        Err(subflow_store::Error::LeaseLost(_)) => fence.lost(hub),
         Err(error) => {
             tracing::warn!(%error, run_id = %hub.run_id, "storing the first frames failed; retrying behind")
         }
     }
 }
 
-/// The store batch of `frames` of `hub`.
-fn batch_of(hub: &Hub, frames: &[Arc<hub::Frame>], ends: bool) -> FrameBatch {
+/// The store batch of `frames` of `hub`, written under the fence's lease.
+fn batch_of(hub: &Hub, frames: &[Arc<hub::Frame>], ends: bool, fence: &Fence) -> FrameBatch {
     FrameBatch {
         run_id: hub.run_id.clone(),
         thread_id: hub.thread_id.clone(),
@@ -505,6 +530,7 @@ fn batch_of(hub: &Hub, frames: &[Arc<hub::Frame>], ends: bool) -> FrameBatch {
             })
             .collect(),
         ends,
+        lease_owner: Some(fence.owner.clone()),
     }
 }
 
@@ -513,8 +539,10 @@ fn batch_of(hub: &Hub, frames: &[Arc<hub::Frame>], ends: bool) -> FrameBatch {
 /// before it, and a frame is shown to watchers only once it is stored. A failed write is
 /// retried with backoff for as long as the process lives: frames stay in the hub
 /// meanwhile, so none is lost and none is written twice (the store skips stored ids).
-/// Frames that arrive while a write is under way go in the next one.
-async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, barrier: EventBarrier) {
+/// Frames that arrive while a write is under way go in the next one. Every write is
+/// fenced by the run's lease: once another process recovered the run, nothing more is
+/// written or shown here.
+async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, barrier: EventBarrier, fence: Fence) {
     let mut changes = hub.subscribe();
     let mut backoff = RETRY_MIN;
     loop {
@@ -534,13 +562,20 @@ async fn persist(hub: Arc<Hub>, store: Arc<dyn Store>, barrier: EventBarrier) {
             backoff = (backoff * 2).min(RETRY_MAX);
             continue;
         }
-        match store.append_frames(&batch_of(&hub, &frames, ends)).await {
+        match store
+            .append_frames(&batch_of(&hub, &frames, ends, &fence))
+            .await
+        {
             Ok(_) => {
                 hub.persisted(last);
                 backoff = RETRY_MIN;
                 if ends {
                     return;
                 }
+            }
+            Err(subflow_store::Error::LeaseLost(_)) => {
+                fence.lost(&hub);
+                return;
             }
             Err(error) if error.is_invalid_input() => {
                 // The run was deleted, or a bug made the frames unacceptable: retrying

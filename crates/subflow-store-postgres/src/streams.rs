@@ -107,21 +107,23 @@ impl StreamStore for PostgresStore {
         let ids: Vec<i64> = batch.frames.iter().map(|f| f.id).collect();
         let events: Vec<&str> = batch.frames.iter().map(|f| f.event.as_str()).collect();
         let data: Vec<&str> = batch.frames.iter().map(|f| f.data.as_str()).collect();
-        // `subflow_append_frames` (migration 0005) locks the log, skips stored frames,
-        // checks continuity, inserts and NOTIFYs in one round trip.
+        // `subflow_append_frames` (migration 0011) checks the lease, locks the log, skips
+        // stored frames, checks continuity, inserts and NOTIFYs in one round trip.
         let written: Option<i64> =
-            sqlx::query_scalar("SELECT subflow_append_frames($1, $2, $3, $4, $5, $6)")
+            sqlx::query_scalar("SELECT subflow_append_frames($1, $2, $3, $4, $5, $6, $7)")
                 .bind(&batch.run_id)
                 .bind(&batch.thread_id)
                 .bind(ids)
                 .bind(events)
                 .bind(data)
                 .bind(batch.ends)
+                .bind(&batch.lease_owner)
                 .fetch_one(self.pool())
                 .await
                 .map_err(db)?;
         let written = match written {
             None => return Err(Error::RunNotFound(batch.run_id.clone())),
+            Some(-2) => return Err(Error::LeaseLost(batch.run_id.clone())),
             Some(-1) => {
                 return Err(Error::InvalidFrame(format!(
                     "frame {} does not continue the stored log of run {}",

@@ -121,6 +121,17 @@ impl StreamStore for SqliteStore {
                 if !exists {
                     return Err(Error::RunNotFound(batch.run_id.clone()));
                 }
+                if let Some(owner) = &batch.lease_owner {
+                    let held: Option<String> = tx
+                        .prepare_cached("SELECT owner FROM run_leases WHERE run_id = ?")
+                        .db()?
+                        .query_row([&batch.run_id], |row| row.get(0))
+                        .optional()
+                        .db()?;
+                    if held.as_ref() != Some(owner) {
+                        return Err(Error::LeaseLost(batch.run_id.clone()));
+                    }
+                }
                 let (last_id, ended) = open_log(&tx, &batch.run_id, &batch.thread_id)?;
                 if ended {
                     return Ok((0, None));

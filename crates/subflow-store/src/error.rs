@@ -40,6 +40,10 @@ pub enum Error {
     /// Stream frames that cannot be appended: bad ids or event names, or a hole in the log.
     #[error("invalid stream frames: {0}")]
     InvalidFrame(String),
+    /// A fenced write whose writer no longer holds the run's lease: another process
+    /// recovered the run. Nothing was written.
+    #[error("the lease of run {0} is no longer this process's: another process recovered the run")]
+    LeaseLost(String),
     /// A user name outside 1–64 characters from `A-Z a-z 0-9 . _ @ -`.
     #[error(
         "invalid user name '{0}': expected 1-64 characters from A-Z, a-z, 0-9, '.', '_', '@' and '-'"

@@ -60,6 +60,10 @@ pub struct FrameBatch {
     pub frames: Vec<StreamFrame>,
     /// Whether this batch ends the log: nothing is appended after it.
     pub ends: bool,
+    /// The run lease owner writing the batch: the append is accepted only while this
+    /// owner holds the run's lease, checked in the append's own transaction
+    /// ([`Error::LeaseLost`] otherwise, nothing written). `None` writes unfenced.
+    pub lease_owner: Option<String>,
 }
 
 impl FrameBatch {
@@ -283,7 +287,9 @@ pub trait StreamStore: Send + Sync + std::fmt::Debug {
     /// Appends frames to a run's log atomically and announces it. Frames already stored
     /// are skipped; the rest must continue the log (else [`Error::InvalidFrame`], nothing
     /// written); a log that has ended takes nothing (all skipped). `ends` marks the log
-    /// ended. [`Error::RunNotFound`] when no such run exists in that thread.
+    /// ended. [`Error::RunNotFound`] when no such run exists in that thread;
+    /// [`Error::LeaseLost`] when the batch names a `lease_owner` that does not hold the
+    /// run's lease.
     async fn append_frames(&self, batch: &FrameBatch) -> Result<AppendOutcome>;
 
     /// Up to `limit` (1–2000) frames of a run with an id above `after_id`, ascending.
@@ -370,6 +376,7 @@ mod tests {
             thread_id: "t1".into(),
             frames: ids.iter().copied().map(frame).collect(),
             ends: false,
+            lease_owner: None,
         }
     }
 

@@ -32,6 +32,11 @@ const PAGE: u32 = 256;
 /// How long a watcher waits before re-reading after a failed store read.
 const READ_RETRY: Duration = Duration::from_secs(1);
 
+/// What a watcher of this process gets once the process lost the run's lease: `error`
+/// (`lease_lost`) and `end`, without ids, since the store holds other frames under the
+/// ids this process would have used; a rejoin reads what the log holds.
+const LEASE_LOST: &[u8] = b"event: error\ndata: {\"error\":\"lease_lost\",\"name\":\"LeaseLost\",\"message\":\"Another process recovered this run; rejoin to read its stored end\"}\n\nevent: end\ndata: null\n\n";
+
 /// One frame of a run stream as an SSE client reads it (docs/api.md#sse-frames): the schema of each
 /// `text/event-stream` event in the OpenAPI document. The hub writes frames as text
 /// (`sse::frame_text`); this type only describes them.
@@ -390,6 +395,7 @@ impl Follow {
                 self.finished = true;
                 Ok(Some(Step::Close))
             }
+            Read::LeaseLost => Ok(self.close_with(Bytes::from_static(LEASE_LOST))),
             Read::Pending => {
                 let Source::Hub(_, changes) = &mut self.source else {
                     return Ok(None);

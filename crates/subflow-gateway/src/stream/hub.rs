@@ -72,6 +72,9 @@ pub enum Read {
     },
     /// Nothing after the cursor and nothing more will come.
     Finished,
+    /// Every stored frame after the cursor was read, and this process lost the run's
+    /// lease: the rest of its frames will never be stored.
+    LeaseLost,
     /// Nothing after the cursor yet.
     Pending,
 }
@@ -87,6 +90,8 @@ struct State {
     /// The store refused the frames for good (the run was deleted): watchers here are
     /// shown them unpersisted, since no store will ever hold them.
     unstorable: bool,
+    /// Another process recovered the run: frames after `persisted` are never shown.
+    lease_lost: bool,
 }
 
 impl State {
@@ -179,10 +184,13 @@ impl Hub {
     /// Up to `limit` visible (persisted) frames after `cursor`.
     pub fn read_after(&self, cursor: u64, limit: usize) -> Read {
         let state = self.lock();
+        let visible = state.visible();
+        if state.lease_lost && cursor >= visible {
+            return Read::LeaseLost;
+        }
         if cursor >= state.last_id && state.finished {
             return Read::Finished;
         }
-        let visible = state.visible();
         if cursor >= visible {
             return Read::Pending;
         }
@@ -218,6 +226,16 @@ impl Hub {
     /// for good.
     pub fn unstorable(&self) {
         self.lock().unstorable = true;
+        self.changed.send_modify(|version| *version += 1);
+    }
+
+    /// Another process recovered the run: nothing more is pushed, and watchers past the
+    /// stored frames are told the lease was lost.
+    pub fn lease_lost(&self) {
+        let mut state = self.lock();
+        state.lease_lost = true;
+        state.finished = true;
+        drop(state);
         self.changed.send_modify(|version| *version += 1);
     }
 
@@ -321,5 +339,20 @@ mod tests {
         hub.persisted(total + 1);
         assert!(hub.is_flushed());
         assert!(matches!(hub.read_after(0, 1), Read::Behind { .. }));
+    }
+
+    #[test]
+    fn a_lost_lease_shows_the_stored_frames_then_says_so_and_takes_no_more() {
+        let hub = Hub::new("r", "t");
+        for n in 0..4 {
+            hub.push("values", &json!({"n": n}), false);
+        }
+        hub.persisted(2);
+        hub.lease_lost();
+        hub.push("end", &Value::Null, true);
+        assert_eq!(hub.last_id(), 4, "nothing is pushed after the loss");
+        assert_eq!(ids(hub.read_after(0, 10)), [1, 2]);
+        assert!(matches!(hub.read_after(2, 10), Read::LeaseLost));
+        assert!(!hub.is_flushed());
     }
 }

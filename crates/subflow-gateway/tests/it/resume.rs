@@ -433,6 +433,7 @@ async fn seed_orphan(store: &dyn Store, thread: &str, run: &str, lease: Duration
                 frame(2, "values", json!({"messages": []})),
             ],
             ends: false,
+            lease_owner: None,
         })
         .await
         .unwrap();

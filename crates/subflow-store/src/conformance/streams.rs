@@ -29,6 +29,7 @@ macro_rules! stream_conformance_tests {
             streams_logs_and_leases_go_with_their_runs,
             streams_leases_are_held_renewed_released_and_expire,
             streams_expired_leases_are_recovered_once_with_closing_frames,
+            streams_fenced_appends_need_the_lease_and_lose_it_to_a_recovery,
             streams_startup_recovery_takes_every_active_run,
             streams_cancel_requests_are_stored_taken_once_and_announced,
             streams_task_cancel_requests_are_stored_per_task_taken_once_and_announced,
@@ -110,6 +111,7 @@ fn batch(thread: &str, run: &str, ids: std::ops::RangeInclusive<i64>, ends: bool
             .map(|id| frame(id, "values", &format!(r#"{{"n":{id}}}"#)))
             .collect(),
         ends,
+        lease_owner: None,
     }
 }
 
@@ -170,6 +172,7 @@ pub async fn streams_append_read_and_bound_a_log(store: Arc<dyn Store>) {
             frame(2, "values", data),
         ],
         ends: false,
+        lease_owner: None,
     };
     let outcome = store.append_frames(&first).await.unwrap();
     assert_eq!((outcome.written, outcome.skipped), (2, 0));
@@ -506,6 +509,81 @@ pub async fn streams_expired_leases_are_recovered_once_with_closing_frames(store
 
 /// At the start of a single-process backend, every active or leased run is an orphan,
 /// whatever its lease says; a run that never logged a frame gets a log of its closing frames.
+/// A fenced append lands only while its owner holds the lease; after another process
+/// recovered the run (or took its expired lease) the stale owner's frames are refused
+/// whole, the log keeps the recovery's closing frames, and an unfenced append still works.
+pub async fn streams_fenced_appends_need_the_lease_and_lose_it_to_a_recovery(
+    store: Arc<dyn Store>,
+) {
+    run_in(&*store, "t1", "r1", RunStatus::Running).await;
+    let fenced = |ids, owner: &str| FrameBatch {
+        lease_owner: Some(owner.to_owned()),
+        ..batch("t1", "r1", ids, false)
+    };
+    assert!(matches!(
+        store.append_frames(&fenced(1..=1, "a")).await,
+        Err(Error::LeaseLost(run)) if run == "r1"
+    ));
+    assert!(
+        ids(&*store, "r1").await.is_empty(),
+        "no lease, nothing written"
+    );
+    assert!(
+        store
+            .acquire_run_lease("r1", "a", Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    let written = store.append_frames(&fenced(1..=2, "a")).await.unwrap();
+    assert_eq!((written.written, written.skipped), (2, 0));
+    assert!(matches!(
+        store.append_frames(&fenced(3..=3, "b")).await,
+        Err(Error::LeaseLost(_))
+    ));
+
+    // The lease expired (ttl 0): another process recovers the run.
+    store
+        .recover_orphan(
+            "r1",
+            OrphanScope::ExpiredLeases,
+            &orphan_update(),
+            &closing(),
+        )
+        .await
+        .unwrap()
+        .expect("the run is recovered");
+    let recovered = ids(&*store, "r1").await;
+    assert_eq!(recovered, [1, 2, 3, 4]);
+    assert!(matches!(
+        store.append_frames(&fenced(3..=5, "a")).await,
+        Err(Error::LeaseLost(_))
+    ));
+    assert_eq!(
+        ids(&*store, "r1").await,
+        recovered,
+        "the stale owner wrote nothing"
+    );
+    let frames = store.read_frames("r1", 2, 10).await.unwrap();
+    assert_eq!(
+        frames[0].event,
+        closing()[0].event,
+        "frame 3 is the recovery's"
+    );
+
+    run_in(&*store, "t1", "r2", RunStatus::Running).await;
+    assert!(store.acquire_run_lease("r2", "a", LIVE).await.unwrap());
+    assert!(
+        store
+            .acquire_run_lease("r2", "b", Duration::ZERO)
+            .await
+            .is_ok()
+    );
+    store
+        .append_frames(&batch("t1", "r2", 1..=1, false))
+        .await
+        .expect("an unfenced append needs no lease");
+}
+
 pub async fn streams_startup_recovery_takes_every_active_run(store: Arc<dyn Store>) {
     run_in(&*store, "t1", "pending", RunStatus::Pending).await;
     run_in(&*store, "t1", "leased", RunStatus::Running).await;

@@ -103,6 +103,11 @@ impl StreamStore for MemoryStore {
                 return Err(Error::RunNotFound(batch.run_id.clone()));
             }
             let mut tables = self.streams.lock();
+            if let Some(owner) = &batch.lease_owner
+                && tables.leases.get(&batch.run_id).map(|(held, _)| held) != Some(owner)
+            {
+                return Err(Error::LeaseLost(batch.run_id.clone()));
+            }
             let log = tables
                 .logs
                 .entry(batch.run_id.clone())
