@@ -68,9 +68,13 @@ const INSERT_EVENT: &str = "INSERT INTO run_events (thread_id, seq, run_id, even
      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// [`INSERT_EVENT`] skipping an `event_id` that is already stored.
+/// [`INSERT_EVENT`] unless the record is stored already or its run's `run.end` is: nothing
+/// follows a run's end, whoever still writes for it (a process that lost its lease).
 const INSERT_EVENT_IF_NEW: &str = "INSERT INTO run_events (thread_id, seq, run_id, event_id, \
      event_type, category, content, metadata, task_id, user_id, created_at) \
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING";
+     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE NOT EXISTS \
+     (SELECT 1 FROM run_events WHERE thread_id = ?1 AND run_id = ?3 \
+     AND event_type = 'run.end') ON CONFLICT (event_id) DO NOTHING";
 
 const SELECT_EVENTS: &str = "SELECT thread_id, run_id, seq, event_type, category, content, \
      metadata, created_at, user_id, event_id FROM run_events WHERE ";

@@ -81,6 +81,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0007_batch_writes.sql"),
     include_str!("../migrations/0008_task_cancels_and_runs_by_owner.sql"),
     include_str!("../migrations/0009_item_retries.sql"),
+    include_str!("../migrations/0010_run_ends.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.

@@ -21,6 +21,7 @@ macro_rules! event_conformance_tests {
             seq_is_thread_global_and_strictly_increasing,
             batch_order_is_seq_order_and_records_round_trip,
             a_retried_batch_never_duplicates,
+            nothing_follows_a_runs_end,
             invalid_input_is_a_typed_error_and_writes_nothing,
             task_filter_applies_before_the_limit,
             a_batch_larger_than_one_statement_keeps_its_order,
@@ -134,6 +135,29 @@ pub async fn a_retried_batch_never_duplicates(store: Arc<dyn Store>) {
         [1, 2, 3, 4, 5, 6],
         "skipped records take no seq, as on every backend"
     );
+}
+
+/// Once a run's `run.end` is stored, records of that run are skipped (a process that
+/// lost the run's lease may still write for it), and take no seq; other runs go on.
+pub async fn nothing_follows_a_runs_end(store: Arc<dyn Store>) {
+    let end = NewEvent::run_end(
+        "t1",
+        "r1",
+        subflow_contracts::RunStatus::Error,
+        json!({}),
+        true,
+    );
+    store.append(&[trace("t1", "r1", 0), end]).await.unwrap();
+    let late = [trace("t1", "r1", 1), trace("t1", "r2", 2)];
+    let outcome = store.append(&late).await.unwrap();
+    assert_eq!((outcome.written, outcome.skipped), (1, 1));
+    let ended = all_events(&*store, "t1", "r1").await;
+    let types: Vec<&str> = ended.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(types.last(), Some(&EventType::RunEnd.as_str()), "{types:?}");
+    assert_eq!(ended.len(), 2);
+    let other = all_events(&*store, "t1", "r2").await;
+    assert_eq!(other.len(), 1);
+    assert_eq!(other[0].seq, 3, "the skipped record took no seq");
 }
 
 /// Over-long types and categories, mixed threads and bad thread ids are typed errors,

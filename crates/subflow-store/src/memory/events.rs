@@ -20,9 +20,13 @@ impl EventStore for MemoryStore {
         let mut next_seq = rows.last().map_or(0, |row| row.seq) + 1;
         let mut outcome = AppendOutcome::default();
         for event in batch {
-            if !inner.event_ids.insert(event.event_id) {
+            // Nothing follows a run's end, whoever still writes for it.
+            if inner.ended_runs.contains(&event.run_id) || !inner.event_ids.insert(event.event_id) {
                 outcome.skipped += 1;
                 continue;
+            }
+            if event.event_type == subflow_contracts::EventType::RunEnd.as_str() {
+                inner.ended_runs.insert(event.run_id.clone());
             }
             rows.push(RunEvent {
                 thread_id: event.thread_id.clone(),

@@ -38,6 +38,8 @@ struct Inner {
     /// Per thread, in `seq` order.
     events: HashMap<String, Vec<RunEvent>>,
     event_ids: HashSet<Uuid>,
+    /// Runs whose `run.end` is stored: nothing is appended for them any more.
+    ended_runs: HashSet<String>,
     /// In creation order.
     threads: Vec<ThreadRecord>,
     /// In creation order.

@@ -99,6 +99,7 @@ impl RecordStore for MemoryStore {
         if let Some(rows) = inner.events.remove(thread_id) {
             for row in rows {
                 inner.event_ids.remove(&row.event_id);
+                inner.ended_runs.remove(&row.run_id);
             }
         }
         Ok(inner.threads.len() != before)
@@ -179,6 +180,7 @@ impl RecordStore for MemoryStore {
         if inner.runs.len() != before {
             self.streams.forget(&[run_id.to_owned()]);
         }
+        inner.ended_runs.remove(run_id);
         if let Some(rows) = inner.events.get_mut(thread_id) {
             rows.retain(|row| {
                 let keep = row.run_id != run_id;
