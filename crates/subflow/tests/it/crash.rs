@@ -6,6 +6,10 @@
 //! * every frame id the client received names the same frame in the replayed log;
 //! * resuming with the client's last id, and with a lower one, gets what it missed and
 //!   then `error` + `end`: never an empty stream, never a bare `end`.
+//!
+//! And a gateway paused (`SIGSTOP`) past its lease while another recovers its run, then
+//! resumed: every frame its client received is the log's frame with that id, the client
+//! is told `lease_lost`, and no run event follows `run.end`.
 
 use std::collections::HashMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -21,6 +25,8 @@ use crate::recovery::{Serve, client, events, get, post_demo_run, write_config};
 const SQLITE_KILLS: usize = 20;
 /// Kills on PostgreSQL, each followed by the other gateway's takeover.
 const POSTGRES_KILLS: usize = 10;
+/// Pauses of the lease holder on PostgreSQL, each past its lease.
+const PAUSES: usize = 5;
 /// Bounds every wait, so a broken recovery fails instead of hanging.
 const PATIENCE: Duration = Duration::from_secs(60);
 /// The stream modes of the run and of every resume.
@@ -302,4 +308,108 @@ async fn kill_9_at_random_moments_on_postgres_with_two_gateways_loses_nothing_re
     eprintln!("crash harness (PostgreSQL, two gateways): {tally:?}");
     assert_eq!(tally.kills, POSTGRES_KILLS);
     assert!(tally.task_events > 0, "some kills came after task events");
+}
+
+/// The runs `api`'s process has finished (after their final writes), as its `/metrics`
+/// counts them.
+async fn finished_runs(api: &str) -> u64 {
+    let base = api.trim_end_matches("/api");
+    let text = client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .filter(|line| line.starts_with("subflow_runs_total{"))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gateway_paused_past_its_lease_tells_its_client_only_what_the_log_holds() {
+    let db = TestDb::new().await;
+    let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+    for dir in &dirs {
+        write_config(dir.path(), Some(&db.url));
+    }
+    let (holder, api) = Serve::start(dirs[0].path());
+    let (_other, other_api) = Serve::start(dirs[1].path());
+    let mut dice = Dice::seeded();
+    let mut recovered = 0;
+    for pause in 0..PAUSES {
+        let thread = format!("t-pause-{pause}");
+        let mut response = post_demo_run(&api, &thread, "runs/stream").await;
+        assert_eq!(response.status(), 200);
+        let pause_after = dice.roll(2, 40);
+        let (mut text, mut buffer, mut received) = (String::new(), String::new(), Vec::new());
+        while (received.len() as u64) < pause_after {
+            let chunk = tokio::time::timeout(PATIENCE, response.chunk())
+                .await
+                .expect("the run streams")
+                .unwrap();
+            let Some(chunk) = chunk else { break };
+            buffer.push_str(std::str::from_utf8(&chunk).unwrap());
+            received.extend(take_frames(&mut buffer));
+        }
+        let metadata: Value = serde_json::from_str(&received[0].data).unwrap();
+        let run = metadata["run_id"].as_str().unwrap().to_owned();
+
+        holder.signal("STOP");
+        // The other gateway finds the lease expired and ends the run.
+        let (record, _) = wait_ended(&other_api, &thread, &run).await;
+        holder.signal("CONT");
+        while let Ok(Ok(Some(chunk))) = tokio::time::timeout(PATIENCE, response.chunk()).await {
+            let chunk = std::str::from_utf8(&chunk).unwrap();
+            text.push_str(chunk);
+            buffer.push_str(chunk);
+            received.extend(take_frames(&mut buffer));
+        }
+
+        let replay = resume(&other_api, &thread, &run, -1).await;
+        let by_id: HashMap<u64, &Frame> = replay.iter().map(|f| (f.id, f)).collect();
+        for frame in &received {
+            assert_eq!(
+                by_id.get(&frame.id).copied(),
+                Some(frame),
+                "pause {pause}, run {run}: frame {} is the log's frame {}",
+                frame.id,
+                frame.id
+            );
+        }
+        if record["stop_reason"] == "orphan_recovered" {
+            recovered += 1;
+            assert!(
+                text.contains("\"error\":\"lease_lost\"")
+                    && text.ends_with("event: end\ndata: null\n\n"),
+                "pause {pause}, run {run}: the paused gateway's client is told the lease was lost and the stream ends: {text:?}"
+            );
+        }
+        // The resumed gateway has tried every write it still had once it counts the run
+        // finished.
+        let finished = async {
+            while finished_runs(&api).await <= pause as u64 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(PATIENCE, finished)
+            .await
+            .expect("the resumed gateway finishes the run");
+        let records = events(&other_api, &thread, &run).await;
+        let types: Vec<&str> = records.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(
+            types.iter().filter(|t| **t == "run.end").count(),
+            1,
+            "pause {pause}, run {run}: one run.end: {types:?}"
+        );
+        assert_eq!(
+            types.last(),
+            Some(&"run.end"),
+            "pause {pause}, run {run}: nothing follows run.end: {types:?}"
+        );
+    }
+    eprintln!("paused gateway: {recovered} of {PAUSES} runs recovered by the other gateway");
+    assert!(recovered > 0, "some pauses landed while the run was going");
 }

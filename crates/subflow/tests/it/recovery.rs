@@ -85,6 +85,17 @@ impl Serve {
             kill_hard(child);
         }
     }
+
+    /// Sends `signal` (`STOP`, `CONT`) to the process.
+    pub(crate) fn signal(&self, signal: &str) {
+        let pid = self.0.as_ref().expect("a running serve").id();
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(pid.to_string())
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -{signal} {pid}");
+    }
 }
 
 impl Drop for Serve {
