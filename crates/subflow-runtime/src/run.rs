@@ -323,6 +323,12 @@ impl Runtime {
         lead.store_unstored().await;
         let (status, stop_reason, error) = match run.store_fault.first() {
             None => (status, lead.stop_reason, error),
+            // A cancelled run ends as the cancel asked, once the store takes its status;
+            // what the store refused meanwhile is reported here.
+            Some(fault) if status == RunStatus::Interrupted => {
+                tracing::error!(run_id = %run.run_id, %fault, "the store refused writes of the cancelled run");
+                (status, lead.stop_reason, error)
+            }
             Some(fault) => {
                 let text = format!("The store refused the run's writes ({fault})");
                 tracing::error!(run_id = %run.run_id, "{text}");

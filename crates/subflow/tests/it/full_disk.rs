@@ -1,8 +1,7 @@
 //! A real full disk: `subflow serve` keeps its SQLite database on an 8 MiB tmpfs, and a
 //! file fills the rest of it mid-run. Cancel and a multitask interrupt answer while no
-//! write can land; once the file is removed the run ends `error` with
-//! `store_unavailable` without a restart, its messages are kept, and the thread takes
-//! new runs. The WAL stays within a quarter of the volume's free space however many
+//! write can land; once the file is removed the cancelled run ends `interrupted`, as the
+//! cancel asked, without a restart, its messages are kept, and the thread takes new runs. The WAL stays within a quarter of the volume's free space however many
 //! commits rewrite a row, and a closed store leaves none. Mounting needs root (CI and the development machines run as root); as another
 //! user the test says so and checks nothing, and as root a failed mount fails it.
 
@@ -77,7 +76,8 @@ async fn post(path: &str, body: &Value) -> (u16, Value) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_disk_mid_run_ends_the_run_error_once_space_is_freed_and_the_thread_runs_again() {
+async fn a_run_cancelled_on_a_full_disk_ends_interrupted_once_space_is_freed_and_the_thread_runs_again()
+ {
     let Some(disk) = SmallDisk::mount() else {
         eprintln!("skipped: mounting a tmpfs needs root, and this test runs as another user");
         return;
@@ -111,8 +111,8 @@ async fn a_full_disk_mid_run_ends_the_run_error_once_space_is_freed_and_the_thre
     let record = tokio::time::timeout(PATIENCE, ended)
         .await
         .expect("the run ends once there is space again, without a restart");
-    assert_eq!(record["status"], "error", "{record}");
-    assert_eq!(record["stop_reason"], "store_unavailable", "{record}");
+    assert_eq!(record["status"], "interrupted", "{record}");
+    assert_eq!(record["stop_reason"], Value::Null, "{record}");
 
     let joined = get(&api, &format!("/threads/t-full/runs/{run}/join")).await;
     let messages = joined["messages"].as_array().unwrap();
