@@ -35,6 +35,9 @@ pub enum ApiError {
     /// 503: storage is not available.
     #[error("{0}")]
     Unavailable(String),
+    /// 504: a wait the caller bounded (`timeout`) ended before the run did.
+    #[error("{0}")]
+    WaitElapsed(String),
 }
 
 /// 404 `Thread {thread_id} not found`: an unknown thread, or another user's.
@@ -54,6 +57,7 @@ impl ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unprocessable(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::WaitElapsed(_) => StatusCode::GATEWAY_TIMEOUT,
         }
     }
 }

@@ -1,5 +1,7 @@
 //! Runs (docs/api.md): start a run and stream it as SSE, wait for it, list and get.
 
+use std::time::Duration;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -418,24 +420,83 @@ pub async fn create(
     ))
 }
 
-/// `POST …/runs/wait`: starts a run and answers with its final messages.
-#[utoipa::path(post, path = "/api/threads/{thread_id}/runs/wait", tag = "runs", params(ThreadPath),
+/// The query of `GET …/join` and `POST …/runs/wait`.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct WaitParams {
+    /// Seconds to wait for the run's end, 1-86400; default and ceiling the run timeout
+    /// plus one lease (`runs.timeout_seconds` + `runs.lease_seconds`). Past it the answer
+    /// is 504 and the run goes on.
+    #[param(minimum = 1, maximum = 86400)]
+    #[serde(default, deserialize_with = "crate::extract::value")]
+    timeout: Option<u32>,
+}
+
+/// How long a wait lasts, and the error once it elapsed with the run still going.
+struct WaitBound {
+    limit: Duration,
+    caller_bounded: bool,
+}
+
+impl WaitBound {
+    /// A run ends within its timeout, and a dead owner's run is recovered within a
+    /// lease: the longest wait there is, and the default.
+    fn of(state: &AppState, params: &WaitParams) -> Result<Self, ApiError> {
+        let longest = state.run_timeout + state.streams.config().lease;
+        let Some(seconds) = params.timeout else {
+            return Ok(WaitBound {
+                limit: longest,
+                caller_bounded: false,
+            });
+        };
+        if !(1..=86_400).contains(&seconds) {
+            return Err(ApiError::Unprocessable(format!(
+                "timeout must be 1-86400 seconds, got {seconds}"
+            )));
+        }
+        let asked = Duration::from_secs(u64::from(seconds));
+        Ok(WaitBound {
+            limit: asked.min(longest),
+            caller_bounded: asked < longest,
+        })
+    }
+
+    fn elapsed(&self, run_id: &str) -> ApiError {
+        if self.caller_bounded {
+            ApiError::WaitElapsed(format!(
+                "Run {run_id} has not ended within {} s; it goes on, join it to wait again",
+                self.limit.as_secs()
+            ))
+        } else {
+            ApiError::Unavailable(format!(
+                "Run {run_id} has not ended: its final writes are waiting for the store"
+            ))
+        }
+    }
+}
+
+/// `POST …/runs/wait?timeout=`: starts a run and answers with its final messages.
+#[utoipa::path(post, path = "/api/threads/{thread_id}/runs/wait", tag = "runs", params(ThreadPath, WaitParams),
     request_body(content = RunRequest, description = "Every field optional"),
     responses(
         (status = 200, description = "The run's final messages", body = StateValues,
             headers(("Content-Location" = String, description = "`/api/threads/{thread_id}/runs/{run_id}`: the new run"))),
         (status = 404, description = "Another user's thread", body = ErrorBody),
         (status = 409, description = "The thread has an active run and multitask_strategy is reject", body = ErrorBody),
-        (status = 422, description = "Invalid body, thread id or model", body = ErrorBody),
+        (status = 422, description = "Invalid body, thread id, model or timeout", body = ErrorBody),
+        (status = 503, description = "The run has not ended within its timeout and one lease: its final writes wait for the store", body = ErrorBody),
+        (status = 504, description = "The run has not ended within the requested timeout; it goes on", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("runs:write"))))]
 pub async fn wait(
     State(state): State<AppState>,
     caller: Caller,
     Path(ThreadPath { thread_id }): Path<ThreadPath>,
+    Query(params): Query<WaitParams>,
     Extension(trace): Extension<RequestTrace>,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<impl IntoResponse, ApiError> {
+    let bound = WaitBound::of(&state, &params)?;
     let Started {
         run,
         outcome,
@@ -444,12 +505,14 @@ pub async fn wait(
     } = start(&state, &caller, &thread_id, trace, &body).await?;
     // Losing the client cancels the run unless the request said `continue`.
     let guard = cancel_on_disconnect.then(|| cancel.drop_guard());
-    let result = outcome
-        .await
-        .map_err(|_| ApiError::Unavailable("The run ended unexpectedly".into()))?;
+    let ended = tokio::time::timeout(bound.limit, outcome).await;
+    // Answering is not a disconnect: a run past the wait goes on.
     if let Some(guard) = guard {
         guard.disarm();
     }
+    let result = ended
+        .map_err(|_| bound.elapsed(&run.run_id))?
+        .map_err(|_| ApiError::Unavailable("The run ended unexpectedly".into()))?;
     let values = StateValues {
         messages: result.messages,
         title: result.title,
@@ -614,27 +677,27 @@ async fn stop_run(state: &AppState, thread_id: &str, run_id: &str, rollback: boo
     }
 }
 
-/// `GET …/runs/{run_id}/join`: waits for the run to end, here or in another process, then
-/// returns the final values.
-#[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/join", tag = "runs", params(RunPath),
+/// `GET …/runs/{run_id}/join?timeout=`: waits for the run to end, here or in another
+/// process, then returns the final values.
+#[utoipa::path(get, path = "/api/threads/{thread_id}/runs/{run_id}/join", tag = "runs", params(RunPath, WaitParams),
     responses(
         (status = 200, description = "The thread's state values once the run has ended", body = StateValues),
         (status = 404, description = "No such run in a thread of the caller's", body = ErrorBody),
+        (status = 422, description = "Invalid timeout", body = ErrorBody),
         (status = 503, description = "The run has not ended within its timeout and one lease: its final writes wait for the store", body = ErrorBody),
+        (status = 504, description = "The run has not ended within the requested timeout; it goes on", body = ErrorBody),
     ),
     extensions(("x-subflow-permission" = json!("runs:read"))))]
 pub async fn join(
     State(state): State<AppState>,
     caller: Caller,
     Path(RunPath { thread_id, run_id }): Path<RunPath>,
+    Query(params): Query<WaitParams>,
 ) -> Result<Json<Value>, ApiError> {
+    let bound = WaitBound::of(&state, &params)?;
     authorize_run(&state, &caller, Permission::RunsRead, &thread_id, &run_id).await?;
-    // A run ends within its timeout, and a dead owner's run is recovered within a lease.
-    let limit = state.run_timeout + state.streams.config().lease;
-    if !stream::wait_for_end_within(&state, &thread_id, &run_id, limit).await {
-        return Err(ApiError::Unavailable(format!(
-            "Run {run_id} has not ended: its final writes are waiting for the store"
-        )));
+    if !stream::wait_for_end_within(&state, &thread_id, &run_id, bound.limit).await {
+        return Err(bound.elapsed(&run_id));
     }
     let values = state
         .store

@@ -4,7 +4,8 @@
 //!
 //! Each test sets one timeout short and the others to a minute, so a close within the
 //! [`PATIENCE`] bound can only come from the short one; the bound only stops a test that
-//! would otherwise hang. The measured times are printed.
+//! would otherwise hang. The measured times are printed. `join` and `/runs/wait` answer
+//! 504 at the `timeout` they were given, and the run goes on.
 
 use std::time::{Duration, Instant};
 
@@ -213,4 +214,55 @@ async fn a_long_answer_to_a_silent_client_is_never_cut() {
     let values: Value = joined.json().await.unwrap();
     assert!(values["messages"].as_array().unwrap().len() > 3);
     println!("join answered after {:?} of silence", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_and_wait_answer_504_at_their_timeout_and_the_run_goes_on() {
+    // The demo streams its pieces 100 ms apart: it runs for seconds.
+    let app = spawn_app_with(Options {
+        delay_ms: 100,
+        ..Options::default()
+    })
+    .await;
+    let body = json!({"input": {"messages": [{"role": "user", "content": "Compare three storage engines"}]}});
+    let started = Instant::now();
+    let waited = tokio::time::timeout(
+        PATIENCE,
+        app.client
+            .post(app.url("/api/threads/t-wait/runs/wait?timeout=1"))
+            .json(&body)
+            .send(),
+    )
+    .await
+    .expect("wait answers within its timeout")
+    .unwrap();
+    println!("wait?timeout=1 answered after {:?}", started.elapsed());
+    assert_eq!(waited.status(), 504);
+    let detail: Value = waited.json().await.unwrap();
+    assert!(
+        detail["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("has not ended within 1 s")),
+        "{detail}"
+    );
+    let (_, _, runs) = app.get_json("/api/threads/t-wait/runs").await;
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(runs[0]["status"], "running", "answering did not cancel it");
+
+    let join = format!("/api/threads/t-wait/runs/{run}/join");
+    let (status, _, _) = app.get_json(&format!("{join}?timeout=1")).await;
+    assert_eq!(status, 504);
+    for bad in ["0", "86401", "soon"] {
+        let (status, _, body) = app.get_json(&format!("{join}?timeout={bad}")).await;
+        assert_eq!(status, 422, "timeout={bad}: {body}");
+    }
+    let (status, _, values) = tokio::time::timeout(Duration::from_secs(60), app.get_json(&join))
+        .await
+        .expect("join without a timeout waits for the end");
+    assert_eq!(status, 200, "{values}");
+    assert!(values["messages"].as_array().is_some_and(|m| m.len() > 1));
+    let (_, _, record) = app
+        .get_json(&format!("/api/threads/t-wait/runs/{run}"))
+        .await;
+    assert_eq!(record["status"], "success", "{record}");
 }
