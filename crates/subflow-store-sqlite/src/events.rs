@@ -1,10 +1,13 @@
 //! Run events (docs/events.md#envelope, docs/api.md#run-events) on SQLite: `seq` from the per-thread counter inside the
 //! writer transaction, ids already stored skipped.
 
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
+
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
 use rusqlite::{CachedStatement, OptionalExtension, Row, params, params_from_iter};
-use subflow_contracts::{NewEvent, RunEvent};
+use subflow_contracts::{EventType, NewEvent, RunEvent};
 use subflow_store::{
     AppendOutcome, Error, EventQuery, EventStore, Result, TaskSummary, codec, validate_batch,
 };
@@ -68,13 +71,13 @@ const INSERT_EVENT: &str = "INSERT INTO run_events (thread_id, seq, run_id, even
      VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)";
 
 /// [`INSERT_EVENT`] skipping an `event_id` that is already stored.
-/// [`INSERT_EVENT`] unless the record is stored already or its run's `run.end` is: nothing
-/// follows a run's end, whoever still writes for it (a process that lost its lease).
 const INSERT_EVENT_IF_NEW: &str = "INSERT INTO run_events (thread_id, seq, run_id, event_id, \
      event_type, category, content, metadata, task_id, user_id, created_at) \
-     SELECT ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11 WHERE NOT EXISTS \
-     (SELECT 1 FROM run_events WHERE thread_id = ?1 AND run_id = ?3 \
-     AND event_type = 'run.end') ON CONFLICT (event_id) DO NOTHING";
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (event_id) DO NOTHING";
+
+/// Whether a run's `run.end` is stored (through the partial index of the ends).
+const RUN_ENDED: &str = "SELECT EXISTS (SELECT 1 FROM run_events WHERE thread_id = ? \
+     AND run_id = ? AND event_type = 'run.end')";
 
 const SELECT_EVENTS: &str = "SELECT thread_id, run_id, seq, event_type, category, content, \
      metadata, created_at, user_id, event_id FROM run_events WHERE ";
@@ -117,13 +120,31 @@ impl EventStore for SqliteStore {
                     .unwrap_or(0);
                 let mut next = last + 1;
                 {
+                    // Nothing follows a run's end, whoever still writes for it (a
+                    // process that lost the run's lease): each run is looked up once.
+                    let mut ended: HashMap<&str, bool> = HashMap::new();
+                    let mut run_ended = tx.prepare_cached(RUN_ENDED).db()?;
                     let mut insert = tx.prepare_cached(INSERT_EVENT_IF_NEW).db()?;
                     for row in &rows {
+                        let has_ended = match ended.entry(row.run_id.as_str()) {
+                            Entry::Occupied(entry) => *entry.get(),
+                            Entry::Vacant(entry) => *entry.insert(
+                                run_ended
+                                    .query_row([&thread_id, &row.run_id], |r| r.get(0))
+                                    .db()?,
+                            ),
+                        };
+                        if has_ended {
+                            continue;
+                        }
                         // A record stored by an earlier, ambiguous attempt (or twice in
                         // this batch) is skipped and takes no seq, so seqs stay gap-free
                         // exactly as in the other backends.
                         if row.insert(&mut insert, next)? > 0 {
                             next += 1;
+                            if row.event_type == EventType::RunEnd.as_str() {
+                                ended.insert(row.run_id.as_str(), true);
+                            }
                         }
                     }
                 }
