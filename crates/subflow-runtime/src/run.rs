@@ -373,10 +373,14 @@ impl Runtime {
             RunStatus::Interrupted => ThreadStatus::Interrupted,
             _ => ThreadStatus::Idle,
         };
-        crate::store_retry::until_stored("the thread's status", &run.run_id, || {
-            self.store.set_thread_status(&run.thread_id, thread_status)
-        })
-        .await;
+        // Whoever ended the run (a recovery in another process, a rollback) set the
+        // thread's status with it.
+        if ended {
+            crate::store_retry::until_stored("the thread's status", &run.run_id, || {
+                self.store.set_thread_status(&run.thread_id, thread_status)
+            })
+            .await;
+        }
         observed.stop(ObserverOutcome::for_lead(status)).await;
         self.metrics.run_finished(status, started.elapsed());
         if let Some(trace) = run.trace.clone() {

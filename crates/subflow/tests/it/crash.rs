@@ -86,6 +86,50 @@ impl Dice {
     }
 }
 
+/// A demo run streamed through a gateway, as its client reads it.
+struct Client {
+    response: reqwest::Response,
+    /// An incomplete frame, kept until its end arrives.
+    buffer: String,
+    /// Everything received.
+    text: String,
+    /// The frames received that have an id.
+    frames: Vec<Frame>,
+}
+
+impl Client {
+    async fn start(api: &str, thread: &str) -> Self {
+        let response = post_demo_run(api, thread, "runs/stream").await;
+        assert_eq!(response.status(), 200);
+        Client {
+            response,
+            buffer: String::new(),
+            text: String::new(),
+            frames: Vec::new(),
+        }
+    }
+
+    /// Reads until the client holds `count` frames, the stream closes, or nothing comes
+    /// for [`PATIENCE`].
+    async fn read_until(&mut self, count: u64) {
+        while (self.frames.len() as u64) < count {
+            let Ok(Ok(Some(chunk))) = tokio::time::timeout(PATIENCE, self.response.chunk()).await
+            else {
+                return;
+            };
+            let chunk = std::str::from_utf8(&chunk).unwrap();
+            self.text.push_str(chunk);
+            self.buffer.push_str(chunk);
+            self.frames.extend(take_frames(&mut self.buffer));
+        }
+    }
+
+    fn run_id(&self) -> String {
+        let metadata: Value = serde_json::from_str(&self.frames[0].data).unwrap();
+        metadata["run_id"].as_str().unwrap().to_owned()
+    }
+}
+
 /// Streams a new demo run through `api` and kills `process` the moment the client holds
 /// `kill_after` frames (or the run ended first). Returns the run id and the frames.
 async fn stream_and_kill(
@@ -94,25 +138,10 @@ async fn stream_and_kill(
     kill_after: u64,
     process: Serve,
 ) -> (String, Vec<Frame>) {
-    let mut response = post_demo_run(api, thread, "runs/stream").await;
-    assert_eq!(response.status(), 200);
-    let (mut buffer, mut frames) = (String::new(), Vec::new());
-    let mut process = Some(process);
-    while let Ok(Ok(Some(chunk))) = tokio::time::timeout(PATIENCE, response.chunk()).await {
-        buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-        frames.extend(take_frames(&mut buffer));
-        if frames.len() as u64 >= kill_after {
-            if let Some(process) = process.take() {
-                process.kill();
-            }
-            break;
-        }
-    }
-    if let Some(process) = process.take() {
-        process.kill();
-    }
-    let metadata: Value = serde_json::from_str(&frames[0].data).unwrap();
-    (metadata["run_id"].as_str().unwrap().to_owned(), frames)
+    let mut client = Client::start(api, thread).await;
+    client.read_until(kill_after).await;
+    process.kill();
+    (client.run_id(), client.frames)
 }
 
 /// Waits until the run is no longer active and its `run.end` is stored.
@@ -341,36 +370,20 @@ async fn a_gateway_paused_past_its_lease_tells_its_client_only_what_the_log_hold
     let mut recovered = 0;
     for pause in 0..PAUSES {
         let thread = format!("t-pause-{pause}");
-        let mut response = post_demo_run(&api, &thread, "runs/stream").await;
-        assert_eq!(response.status(), 200);
-        let pause_after = dice.roll(2, 40);
-        let (mut text, mut buffer, mut received) = (String::new(), String::new(), Vec::new());
-        while (received.len() as u64) < pause_after {
-            let chunk = tokio::time::timeout(PATIENCE, response.chunk())
-                .await
-                .expect("the run streams")
-                .unwrap();
-            let Some(chunk) = chunk else { break };
-            buffer.push_str(std::str::from_utf8(&chunk).unwrap());
-            received.extend(take_frames(&mut buffer));
-        }
-        let metadata: Value = serde_json::from_str(&received[0].data).unwrap();
-        let run = metadata["run_id"].as_str().unwrap().to_owned();
+        let mut client = Client::start(&api, &thread).await;
+        client.read_until(dice.roll(2, 40)).await;
+        let run = client.run_id();
 
         holder.signal("STOP");
         // The other gateway finds the lease expired and ends the run.
         let (record, _) = wait_ended(&other_api, &thread, &run).await;
         holder.signal("CONT");
-        while let Ok(Ok(Some(chunk))) = tokio::time::timeout(PATIENCE, response.chunk()).await {
-            let chunk = std::str::from_utf8(&chunk).unwrap();
-            text.push_str(chunk);
-            buffer.push_str(chunk);
-            received.extend(take_frames(&mut buffer));
-        }
+        client.read_until(u64::MAX).await;
+        let (text, received) = (&client.text, &client.frames);
 
         let replay = resume(&other_api, &thread, &run, -1).await;
         let by_id: HashMap<u64, &Frame> = replay.iter().map(|f| (f.id, f)).collect();
-        for frame in &received {
+        for frame in received {
             assert_eq!(
                 by_id.get(&frame.id).copied(),
                 Some(frame),
@@ -408,6 +421,18 @@ async fn a_gateway_paused_past_its_lease_tells_its_client_only_what_the_log_hold
             types.last(),
             Some(&"run.end"),
             "pause {pause}, run {run}: nothing follows run.end: {types:?}"
+        );
+        let stored = get(&other_api, &format!("/threads/{thread}/runs/{run}")).await;
+        assert_eq!(stored["status"], record["status"], "the run's end stands");
+        let thread_record = get(&other_api, &format!("/threads/{thread}")).await;
+        let expected = if record["status"] == "success" {
+            "idle"
+        } else {
+            "error"
+        };
+        assert_eq!(
+            thread_record["status"], expected,
+            "pause {pause}: the thread's status is the recovery's: {thread_record}"
         );
     }
     eprintln!("paused gateway: {recovered} of {PAUSES} runs recovered by the other gateway");
