@@ -75,6 +75,9 @@ pub const STOPPED_BEFORE_ADMISSION: &str = "Worker stopped before execution admi
 /// The `error` of a claim released after draining a stale local execution (docs/batches.md#claim-pass).
 pub const DRAINED_STALE_EXECUTION: &str =
     "Worker drained a stale local execution before readmission";
+/// The `error` of a claim released because the attempt's outcome could not be stored
+/// (docs/batches.md#running-an-item).
+pub const OUTCOME_UNSTORED: &str = "Worker could not store the attempt's outcome; running it again";
 
 /// A new batch id: `subagent-batch-` + 32 hex digits.
 pub fn new_batch_id() -> String {
@@ -696,6 +699,9 @@ pub enum ReleaseReason {
     ShutdownBeforeAdmission,
     /// The worker still ran a stale execution of the item and drained it first.
     StaleExecutionDrained,
+    /// The attempt's outcome write failed twice: the item runs again now rather than
+    /// after its lease.
+    OutcomeUnstored,
 }
 
 impl ReleaseReason {
@@ -705,6 +711,7 @@ impl ReleaseReason {
             ReleaseReason::AdmissionRejected(message) => message,
             ReleaseReason::ShutdownBeforeAdmission => STOPPED_BEFORE_ADMISSION,
             ReleaseReason::StaleExecutionDrained => DRAINED_STALE_EXECUTION,
+            ReleaseReason::OutcomeUnstored => OUTCOME_UNSTORED,
         }
     }
 }

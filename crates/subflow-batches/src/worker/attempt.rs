@@ -214,7 +214,7 @@ impl Attempt {
                     token_usage: item_usage(report.usage),
                 };
                 let outcome = AttemptOutcome::Succeeded(success);
-                finished(self.shared.finisher.finish(lease, outcome).await)
+                self.finish(lease, outcome).await
             }
             Outcome::Ran(report) => {
                 let error = report
@@ -239,7 +239,17 @@ impl Attempt {
             token_usage: report.and_then(|r| item_usage(r.usage)),
         };
         let outcome = AttemptOutcome::Failed(failure);
-        finished(self.shared.finisher.finish(lease, outcome).await)
+        self.finish(lease, outcome).await
+    }
+
+    /// Writes the attempt's outcome; when that failed twice, hands the claim back at once
+    /// so the item runs again now instead of after its lease (left to expiry only when
+    /// the release fails too).
+    async fn finish(&self, lease: &ItemLease, outcome: AttemptOutcome) -> AttemptEnd {
+        match finished(self.shared.finisher.finish(lease, outcome).await) {
+            AttemptEnd::WriteFailed => self.release(lease, ReleaseReason::OutcomeUnstored).await,
+            end => end,
+        }
     }
 
     async fn release(&self, lease: &ItemLease, reason: ReleaseReason) -> AttemptEnd {

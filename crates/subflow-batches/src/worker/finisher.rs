@@ -14,7 +14,8 @@ use tokio::sync::{mpsc, oneshot};
 /// The most outcomes one write carries.
 const MAX_GROUP: usize = 256;
 
-/// An outcome write that failed twice (it was logged); lease expiry hands the item on.
+/// An outcome write that failed twice (it was logged); the attempt then hands its claim
+/// back.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct WriteFailed;
 
@@ -100,7 +101,7 @@ where
             tracing::warn!(%error, "a batch item write failed; retrying it once");
             tokio::time::sleep(WRITE_RETRY_DELAY).await;
             write().await.inspect_err(|error| {
-                tracing::error!(%error, "a batch item write failed twice; lease expiry will hand the item on");
+                tracing::error!(%error, "a batch item write failed twice");
             })
         }
     }

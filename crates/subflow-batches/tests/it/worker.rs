@@ -41,7 +41,7 @@ on_every_backend!(
     an_admission_rejection_gives_the_attempt_back,
     shutdown_finalises_nothing_and_hands_back_claims_that_land_during_it,
     a_reclaimed_item_whose_old_execution_still_runs_is_drained_first,
-    a_failed_outcome_write_is_retried_once,
+    a_failed_outcome_write_is_retried_once_then_the_claim_is_released,
     a_running_worker_heartbeats_and_leaves_no_row_when_stopped,
     a_freed_slot_is_refilled_at_once_not_at_the_next_poll,
 );
@@ -338,7 +338,7 @@ async fn a_reclaimed_item_whose_old_execution_still_runs_is_drained_first(backen
     assert_eq!(ends.seen(), [AttemptEnd::Stopped, AttemptEnd::Released]);
 }
 
-async fn a_failed_outcome_write_is_retried_once(backend: Backend) {
+async fn a_failed_outcome_write_is_retried_once_then_the_claim_is_released(backend: Backend) {
     let env = env(backend, json!([]), AdmissionConfig::default()).await;
     let batch = env.submit(&["First", "Second"], 3, 1).await;
     let ends = Arc::new(Ends::default());
@@ -365,17 +365,29 @@ async fn a_failed_outcome_write_is_retried_once(backend: Backend) {
         4,
         "one retry only"
     );
+    let second = &env.items(&batch.id).await[1];
     assert_eq!(
-        env.items(&batch.id).await[1].status,
-        BatchItemStatus::Running,
-        "left to lease expiry"
+        (second.status, second.attempt),
+        (BatchItemStatus::Queued, 0),
+        "handed back at once, its attempt given back, not left to lease expiry: {second:?}"
+    );
+    assert_eq!(
+        second.error.as_deref(),
+        Some(subflow_store::batches::OUTCOME_UNSTORED)
     );
     assert_eq!(
         ends.seen(),
         [
             AttemptEnd::Finished(BatchItemStatus::Succeeded),
-            AttemptEnd::WriteFailed
+            AttemptEnd::Released
         ]
+    );
+    worker.claim_and_run_once().await.unwrap();
+    worker.wait_idle().await;
+    assert_eq!(
+        env.items(&batch.id).await[1].status,
+        BatchItemStatus::Succeeded,
+        "it ran again"
     );
 }
 
