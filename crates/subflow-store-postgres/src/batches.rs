@@ -38,7 +38,11 @@ impl PostgresStore {
                 Ok(answer)
             }
             Err(error) => {
-                tx.rollback().await.map_err(db)?;
+                // The write's own error is the answer; a failed rollback is only logged
+                // (the pooled connection rolls back when next used).
+                if let Err(rollback) = tx.rollback().await {
+                    tracing::warn!(%rollback, "rolling back a failed batch write failed");
+                }
                 Err(error)
             }
         }

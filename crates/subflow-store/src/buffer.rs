@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Map, Value};
+use subflow_contracts::task_events::MappedTaskEvent;
 use subflow_contracts::{EventType, NewEvent};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
@@ -215,6 +216,17 @@ impl EventBuffer {
         )
         .with_user(self.scope.user_id.clone());
         self.record_event(event)
+    }
+
+    /// Records a live task event mapped to its `subagent.*` record.
+    pub fn record_mapped(&self, mapped: MappedTaskEvent) -> Result<()> {
+        let category = mapped.category();
+        self.record(
+            mapped.event_type.as_str(),
+            category.as_str(),
+            mapped.content,
+            mapped.metadata,
+        )
     }
 
     /// Records an event built elsewhere (e.g. one whose direct write failed, keeping its

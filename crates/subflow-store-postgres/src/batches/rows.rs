@@ -142,24 +142,34 @@ pub(super) async fn load_batch(
     conn: &mut PgConnection,
     batch_id: &str,
 ) -> Result<Option<BatchRecord>> {
-    let row = sqlx::query(concat!(
+    let query = sqlx::query(concat!(
         "SELECT ",
         batch_columns!(),
         " FROM subagent_batches WHERE id = $1"
     ))
-    .bind(batch_id)
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(db)?;
-    row.as_ref().map(batch_from_row).transpose()
+    .bind(batch_id);
+    fetch_optional(conn, query, batch_from_row).await
 }
+
+/// A bound query.
+type Query<'q> = sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>;
 
 pub(super) async fn fetch_items(
     conn: &mut PgConnection,
-    query: sqlx::query::Query<'_, Postgres, sqlx::postgres::PgArguments>,
+    query: Query<'_>,
 ) -> Result<Vec<BatchItem>> {
     let rows = query.fetch_all(&mut *conn).await.map_err(db)?;
     rows.iter().map(item_from_row).collect()
+}
+
+/// The row `query` finds, if any, decoded.
+async fn fetch_optional<T>(
+    conn: &mut PgConnection,
+    query: Query<'_>,
+    decode: impl Fn(&PgRow) -> Result<T>,
+) -> Result<Option<T>> {
+    let row = query.fetch_optional(&mut *conn).await.map_err(db)?;
+    row.as_ref().map(decode).transpose()
 }
 
 /// [`BatchRows`] over one transaction's connection.
@@ -173,19 +183,18 @@ impl BatchRows for PgRows<'_> {
         batch_id: &str,
         _spec: bool,
     ) -> Result<Option<(BatchRecord, Now)>> {
-        let row = sqlx::query(concat!(
+        let query = sqlx::query(concat!(
             "SELECT ",
             batch_columns!(),
             ", ",
             db_now!(),
             " AS db_now FROM subagent_batches WHERE id = $1 FOR UPDATE"
         ))
-        .bind(batch_id)
-        .fetch_optional(&mut *self.conn)
+        .bind(batch_id);
+        fetch_optional(self.conn, query, |row| {
+            Ok((batch_from_row(row)?, Now::at(get(row, "db_now")?)))
+        })
         .await
-        .map_err(db)?;
-        row.map(|row| Ok((batch_from_row(&row)?, Now::at(get(&row, "db_now")?))))
-            .transpose()
     }
 
     async fn lock_active_batches(&mut self) -> Result<Option<(Vec<BatchRecord>, Now)>> {
@@ -209,17 +218,14 @@ impl BatchRows for PgRows<'_> {
     }
 
     async fn lock_item(&mut self, batch_id: &str, item_id: &str) -> Result<Option<BatchItem>> {
-        let row = sqlx::query(concat!(
+        let query = sqlx::query(concat!(
             "SELECT ",
             item_columns!(),
             " FROM subagent_batch_items WHERE id = $1 AND batch_id = $2 FOR UPDATE"
         ))
         .bind(item_id)
-        .bind(batch_id)
-        .fetch_optional(&mut *self.conn)
-        .await
-        .map_err(db)?;
-        row.as_ref().map(item_from_row).transpose()
+        .bind(batch_id);
+        fetch_optional(self.conn, query, item_from_row).await
     }
 
     async fn lock_expired_items(
@@ -417,16 +423,13 @@ impl BatchRows for PgRows<'_> {
     }
 
     async fn submitted(&mut self, user_id: &str, key: &str) -> Result<Option<BatchRecord>> {
-        let row = sqlx::query(concat!(
+        let query = sqlx::query(concat!(
             "SELECT ",
             batch_columns!(),
             " FROM subagent_batches WHERE user_id = $1 AND submission_key = $2"
         ))
         .bind(user_id)
-        .bind(key)
-        .fetch_optional(&mut *self.conn)
-        .await
-        .map_err(db)?;
-        row.as_ref().map(batch_from_row).transpose()
+        .bind(key);
+        fetch_optional(self.conn, query, batch_from_row).await
     }
 }

@@ -143,14 +143,7 @@ fn harness(faults: Option<Faults>) -> Harness {
 
 /// Records a live task event as the runtime does: mapped to its `subagent.*` record.
 fn record_task(buffer: &EventBuffer, chunk: &Value) -> Result<()> {
-    let mapped = map_task_event(chunk).expect("a valid task event");
-    let category = mapped.category();
-    buffer.record(
-        mapped.event_type.as_str(),
-        category.as_str(),
-        mapped.content,
-        mapped.metadata,
-    )
+    buffer.record_mapped(map_task_event(chunk).expect("a valid task event"))
 }
 
 fn started(task: &str) -> Value {

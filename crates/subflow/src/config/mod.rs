@@ -586,16 +586,18 @@ pub struct SubagentBatchesConfig {
 
 impl Default for SubagentBatchesConfig {
     fn default() -> Self {
+        // The tools' limits default as the runtime's do: one source for both.
+        let tool = subflow_runtime::runtime::BatchToolConfig::default();
         SubagentBatchesConfig {
-            enabled: true,
+            enabled: tool.enabled,
             lease_seconds: 120,
             poll_interval_seconds: 1.0,
-            max_attempts: 3,
-            max_items_per_batch: 5000,
-            default_max_live_items: 100,
-            max_live_items_per_batch: 1000,
-            default_max_running_items: 3,
-            max_running_items_per_batch: 64,
+            max_attempts: tool.max_attempts,
+            max_items_per_batch: tool.max_items_per_batch,
+            default_max_live_items: tool.default_max_live_items as usize,
+            max_live_items_per_batch: tool.max_live_items_per_batch as usize,
+            default_max_running_items: tool.default_max_running_items as usize,
+            max_running_items_per_batch: tool.max_running_items_per_batch as usize,
             max_result_chars: 100_000,
             result_preview_max_chars: 2000,
         }

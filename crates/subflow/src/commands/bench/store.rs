@@ -179,13 +179,7 @@ async fn ingest(
             for chunk in &chunks {
                 let mapped = map_task_event(chunk)
                     .map_err(|reason| anyhow::anyhow!("bench chunk rejected: {reason}"))?;
-                let category = mapped.category();
-                buffer.record(
-                    mapped.event_type.as_str(),
-                    category.as_str(),
-                    mapped.content,
-                    mapped.metadata,
-                )?;
+                buffer.record_mapped(mapped)?;
             }
             buffer.close().await;
             timed += started.elapsed();
