@@ -56,10 +56,10 @@
 //! binds the socket, so tests use port 0. `stream` owns run streams (docs/api.md):
 //! `start_run` builds a new run's `RunSpec` and its execution (pricing its usage into the
 //! metrics), then `launch` leases it, spawns it on the runtime and a pump that turns its
-//! `RunOutput` into frames numbered in the run's `hub` (process-local; watchers here are
-//! woken, never poll) and renews the lease; a persister task per run flushes the run's
-//! event buffers and then appends the hub's frames to the store's log, and only stored
-//! frames are shown to watchers; `follow` is one watcher at a cursor (the hub, else the
+//! `RunOutput` into frames for the run's `persister` and renews the lease; the persister
+//! numbers the frames, flushes the run's event buffers, appends the frames to the store's
+//! log under the lease and only then publishes them to the run's `hub` (process-local;
+//! watchers here are woken, never poll), which holds stored frames only; `follow` is one watcher at a cursor (the hub, else the
 //! store woken by notices and re-read every second), its SSE body with heartbeats, and
 //! what losing it does (the creator cancels unless `continue`; a rejoin only with
 //! `cancel_on_disconnect=true`); `upkeep`, started by `serve`, relays the store's notices

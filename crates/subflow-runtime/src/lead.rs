@@ -342,6 +342,7 @@ impl Lead<'_> {
         metadata.insert("run_id".into(), json!(self.run.run_id));
         metadata.insert("step".into(), json!(self.step));
         let checkpoint = NewCheckpoint {
+            lease_owner: self.run.lease_owner.clone(),
             thread_id: self.run.thread_id.clone(),
             checkpoint_id: checkpoint_id.clone(),
             parent_checkpoint_id: self.checkpoint_id.clone(),

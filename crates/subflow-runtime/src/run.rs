@@ -52,6 +52,10 @@ pub struct RunSpec {
     pub timeout: Duration,
     /// A `traceparent` to adopt and caller overrides for the exported trace (docs/operations.md#langfuse-and-otlp).
     pub trace: TraceRequest,
+    /// The run lease's owner the run is executed under: its checkpoints, usage and
+    /// status are written fenced by it (docs/api.md#resume-and-rejoin); `None` when no
+    /// lease is held (an embedded runtime).
+    pub lease_owner: Option<String>,
 }
 
 /// How a run ended.
@@ -182,12 +186,14 @@ impl Runtime {
             user_id,
             trace,
             store_fault: StoreFault::default(),
+            lease_owner: spec.lease_owner.clone(),
         });
         let observed = run
             .observers
             .start(TaskInfo::lead(&spec.run_id, &spec.thread_id, false))
             .await;
         let running = RunStatusUpdate {
+            lease_owner: run.lease_owner.clone(),
             status: RunStatus::Running,
             stop_reason: None,
             error: None,
@@ -344,10 +350,12 @@ impl Runtime {
             }
         };
         crate::store_retry::until_stored("the run's usage", &run.run_id, || {
-            self.store.save_run_usage(&run.run_id, &usage)
+            self.store
+                .save_run_usage(&run.run_id, &usage, run.lease_owner.as_deref())
         })
         .await;
         let update = RunStatusUpdate {
+            lease_owner: run.lease_owner.clone(),
             status,
             stop_reason,
             error: error.clone(),
@@ -419,7 +427,8 @@ impl Runtime {
                 tokio::time::sleep(every).await;
                 let usage = run.journal.usage(0);
                 if last.as_ref() != Some(&usage) {
-                    if let Err(error) = store.save_run_usage(&run.run_id, &usage).await {
+                    let owner = run.lease_owner.as_deref();
+                    if let Err(error) = store.save_run_usage(&run.run_id, &usage, owner).await {
                         tracing::warn!(%error, "usage snapshot failed");
                     }
                     last = Some(usage);

@@ -315,6 +315,8 @@ pub struct RunContext {
     pub(crate) trace: Option<AgentTrace>,
     /// The first of the run's writes the store refused, if any.
     pub(crate) store_fault: StoreFault,
+    /// The run lease's owner its writes are fenced by.
+    pub(crate) lease_owner: Option<String>,
 }
 
 /// The first write of a run that the store refused: a run that lost writes ends `error`

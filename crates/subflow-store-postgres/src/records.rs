@@ -238,6 +238,7 @@ impl RecordStore for PostgresStore {
             .filter(|status| status.is_active())
             .map(|status| status.as_str())
             .collect();
+        let mut tx = self.pool().begin().await.map_err(Error::backend)?;
         let updated = sqlx::query(
             "UPDATE runs SET status = $2, stop_reason = $3, error = $4, updated_at = $5 \
              WHERE run_id = $1 AND status = ANY($6)",
@@ -248,13 +249,21 @@ impl RecordStore for PostgresStore {
         .bind(&update.error)
         .bind(now_rfc3339())
         .bind(active)
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(Error::backend)?;
+        crate::streams::check_lease(&mut tx, run_id, update.lease_owner.as_deref()).await?;
+        tx.commit().await.map_err(Error::backend)?;
         Ok(updated.rows_affected() > 0)
     }
 
-    async fn save_run_usage(&self, run_id: &str, usage: &RunUsage) -> Result<bool> {
+    async fn save_run_usage(
+        &self,
+        run_id: &str,
+        usage: &RunUsage,
+        lease_owner: Option<&str>,
+    ) -> Result<bool> {
+        let mut tx = self.pool().begin().await.map_err(Error::backend)?;
         let updated = sqlx::query(
             "UPDATE runs SET total_input_tokens = $2, total_output_tokens = $3, \
              total_tokens = $4, llm_call_count = $5, lead_agent_tokens = $6, \
@@ -272,9 +281,11 @@ impl RecordStore for PostgresStore {
         .bind(usage.message_count)
         .bind(codec::by_model_text(&usage.token_usage_by_model))
         .bind(now_rfc3339())
-        .execute(self.pool())
+        .execute(&mut *tx)
         .await
         .map_err(Error::backend)?;
+        crate::streams::check_lease(&mut tx, run_id, lease_owner).await?;
+        tx.commit().await.map_err(Error::backend)?;
         Ok(updated.rows_affected() > 0)
     }
 

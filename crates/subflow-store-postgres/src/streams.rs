@@ -491,3 +491,28 @@ impl StreamStore for PostgresStore {
         true
     }
 }
+
+/// [`Error::LeaseLost`] unless `owner` (when given) holds `run_id`'s lease, read `FOR
+/// SHARE` in the caller's transaction: a recovery taking the lease waits for the write,
+/// or the write sees the recovery's owner. Callers that write the run's row do so first,
+/// so they lock rows in a recovery's order (the run, then its lease).
+pub(crate) async fn check_lease(
+    tx: &mut sqlx::PgConnection,
+    run_id: &str,
+    owner: Option<&str>,
+) -> Result<()> {
+    let Some(owner) = owner else {
+        return Ok(());
+    };
+    let held: Option<String> =
+        sqlx::query_scalar("SELECT owner FROM run_leases WHERE run_id = $1 FOR SHARE")
+            .bind(run_id)
+            .fetch_optional(tx)
+            .await
+            .map_err(Error::backend)?;
+    if held.as_deref() == Some(owner) {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost(run_id.to_owned()))
+    }
+}

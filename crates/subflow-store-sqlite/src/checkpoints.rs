@@ -88,6 +88,7 @@ fn load(conn: &Connection, sql: &str, params: Vec<SqlValue>) -> Result<Vec<Check
 #[async_trait]
 impl CheckpointStore for SqliteStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint> {
+        let fence = checkpoint.fence()?;
         let stored = checkpoint.into_stored()?;
         let metadata =
             serde_json::to_string(&stored.metadata).expect("a JSON map always serialises");
@@ -96,6 +97,9 @@ impl CheckpointStore for SqliteStore {
         let hashes = self
             .write(move |conn| {
                 let tx = conn.savepoint().db()?;
+                if let Some((run_id, owner)) = &fence {
+                    crate::streams::check_lease(&tx, run_id, Some(owner))?;
+                }
                 let latest = {
                     let mut statement = tx
                         .prepare_cached(

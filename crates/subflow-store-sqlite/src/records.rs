@@ -299,9 +299,11 @@ impl RecordStore for SqliteStore {
         let status = update.status.as_str();
         let stop_reason = update.stop_reason.map(|reason| reason.as_str());
         let error = update.error.clone();
+        let owner = update.lease_owner.clone();
         let now = now_rfc3339();
         let updated = self
             .write(move |conn| {
+                crate::streams::check_lease(conn, &run_id, owner.as_deref())?;
                 // The first terminal status wins: only an active run changes.
                 conn.prepare_cached(
                     "UPDATE runs SET status = ?, stop_reason = ?, error = ?, updated_at = ? \
@@ -315,13 +317,20 @@ impl RecordStore for SqliteStore {
         Ok(updated > 0)
     }
 
-    async fn save_run_usage(&self, run_id: &str, usage: &RunUsage) -> Result<bool> {
+    async fn save_run_usage(
+        &self,
+        run_id: &str,
+        usage: &RunUsage,
+        lease_owner: Option<&str>,
+    ) -> Result<bool> {
         let run_id = run_id.to_owned();
         let usage = usage.clone();
+        let owner = lease_owner.map(str::to_owned);
         let by_model = codec::by_model_text(&usage.token_usage_by_model);
         let now = now_rfc3339();
         let updated = self
             .write(move |conn| {
+                crate::streams::check_lease(conn, &run_id, owner.as_deref())?;
                 conn.prepare_cached(
                     "UPDATE runs SET total_input_tokens = ?, total_output_tokens = ?, \
                      total_tokens = ?, llm_call_count = ?, lead_agent_tokens = ?, \

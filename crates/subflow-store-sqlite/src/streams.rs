@@ -121,17 +121,7 @@ impl StreamStore for SqliteStore {
                 if !exists {
                     return Err(Error::RunNotFound(batch.run_id.clone()));
                 }
-                if let Some(owner) = &batch.lease_owner {
-                    let held: Option<String> = tx
-                        .prepare_cached("SELECT owner FROM run_leases WHERE run_id = ?")
-                        .db()?
-                        .query_row([&batch.run_id], |row| row.get(0))
-                        .optional()
-                        .db()?;
-                    if held.as_ref() != Some(owner) {
-                        return Err(Error::LeaseLost(batch.run_id.clone()));
-                    }
-                }
+                check_lease(&tx, &batch.run_id, batch.lease_owner.as_deref())?;
                 let (last_id, ended) = open_log(&tx, &batch.run_id, &batch.thread_id)?;
                 if ended {
                     return Ok((0, None));
@@ -486,5 +476,24 @@ impl StreamStore for SqliteStore {
 
     fn is_shared(&self) -> bool {
         false
+    }
+}
+
+/// [`Error::LeaseLost`] unless `owner` (when given) holds `run_id`'s lease; read in the
+/// caller's transaction, so the write it guards lands under the lease or not at all.
+pub(crate) fn check_lease(conn: &Connection, run_id: &str, owner: Option<&str>) -> Result<()> {
+    let Some(owner) = owner else {
+        return Ok(());
+    };
+    let held: Option<String> = conn
+        .prepare_cached("SELECT owner FROM run_leases WHERE run_id = ?")
+        .db()?
+        .query_row([run_id], |row| row.get(0))
+        .optional()
+        .db()?;
+    if held.as_deref() == Some(owner) {
+        Ok(())
+    } else {
+        Err(Error::LeaseLost(run_id.to_owned()))
     }
 }

@@ -27,9 +27,25 @@ pub struct NewCheckpoint {
     pub values: Value,
     /// Checkpoint metadata, e.g. `deerflow_trace_id`, `step`.
     pub metadata: Map<String, Value>,
+    /// The lease owner of `run_id` the checkpoint is written under: refused with
+    /// [`crate::Error::LeaseLost`] unless it holds the run's lease; `None` for an
+    /// unfenced write (a state edit through the API).
+    pub lease_owner: Option<String>,
 }
 
 impl NewCheckpoint {
+    /// The run and lease owner the write is fenced by, if any; a lease owner without a
+    /// run is refused.
+    pub fn fence(&self) -> Result<Option<(String, String)>> {
+        match (&self.run_id, &self.lease_owner) {
+            (_, None) => Ok(None),
+            (Some(run), Some(owner)) => Ok(Some((run.clone(), owner.clone()))),
+            (None, Some(_)) => Err(crate::Error::InvalidQuery(
+                "a checkpoint fenced by a run lease needs its run_id".to_owned(),
+            )),
+        }
+    }
+
     /// The checkpoint as a store writes it, stamped now; the thread id must be valid.
     pub fn into_stored(self) -> Result<Checkpoint> {
         ThreadId::parse(&self.thread_id)?;

@@ -242,6 +242,10 @@ pub struct RunStatusUpdate {
     pub stop_reason: Option<RunStopReason>,
     /// Failure message.
     pub error: Option<String>,
+    /// The run lease's owner the write is made under (docs/api.md#resume-and-rejoin):
+    /// refused with [`crate::Error::LeaseLost`] unless it holds the lease; `None` for an
+    /// unfenced write.
+    pub lease_owner: Option<String>,
 }
 
 /// Storage of threads and runs.
@@ -288,10 +292,17 @@ pub trait RecordStore: Send + Sync + std::fmt::Debug {
 
     /// Moves an active (`pending` or `running`) run to a new status. The first terminal
     /// status written wins: updating a finished run changes nothing and returns false.
+    /// Fenced by `update.lease_owner`, checked in the write's transaction.
     async fn update_run_status(&self, run_id: &str, update: &RunStatusUpdate) -> Result<bool>;
 
-    /// Stores the run's token rollups (progress snapshots and completion values).
-    async fn save_run_usage(&self, run_id: &str, usage: &RunUsage) -> Result<bool>;
+    /// Stores the run's token rollups (progress snapshots and completion values); with a
+    /// `lease_owner`, only while it holds the run's lease ([`crate::Error::LeaseLost`]).
+    async fn save_run_usage(
+        &self,
+        run_id: &str,
+        usage: &RunUsage,
+        lease_owner: Option<&str>,
+    ) -> Result<bool>;
 
     /// Deletes a run with its events (`rollback`); false when it did not exist.
     async fn delete_run(&self, thread_id: &str, run_id: &str) -> Result<bool>;

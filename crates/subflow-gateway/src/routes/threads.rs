@@ -389,6 +389,7 @@ pub async fn update_state(
     state
         .store
         .put_checkpoint(NewCheckpoint {
+            lease_owner: None,
             thread_id: thread_id.clone(),
             checkpoint_id: checkpoint_id.clone(),
             parent_checkpoint_id: latest.map(|c| c.checkpoint_id),

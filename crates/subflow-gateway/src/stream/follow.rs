@@ -21,7 +21,7 @@ use tokio::sync::{broadcast, watch};
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 
-use super::hub::{Hub, Read};
+use super::hub::{FrameEvent, Hub, Read};
 use super::{POLL, Streams, stored};
 use crate::sse;
 use crate::{ActiveRuns, ApiError};
@@ -54,21 +54,6 @@ pub(crate) struct RunFrame {
     /// have none.
     #[schema(pattern = "^[0-9]+$")]
     id: Option<String>,
-}
-
-/// The `event` of a [`RunFrame`].
-#[derive(Debug, utoipa::ToSchema)]
-#[schema(rename_all = "lowercase")]
-#[allow(dead_code)]
-pub(crate) enum FrameEvent {
-    Metadata,
-    Values,
-    Messages,
-    Updates,
-    Custom,
-    Error,
-    End,
-    Gap,
 }
 
 /// Frames every watcher gets whatever modes it asked for.
@@ -139,48 +124,30 @@ pub(crate) fn last_event_id(headers: &HeaderMap) -> Result<Option<u64>, ApiError
     )))
 }
 
-/// How long a rejoin waits for another process's frames to reach its cursor before the
-/// cursor counts as past the end: the write-behind lags the hub by at most its linger.
-const CURSOR_CATCH_UP: Duration = Duration::from_secs(2);
-
 /// Refuses a cursor past the end of a run's stream (409, a conflict with the stream's
-/// state rather than a malformed header): one no frame of the run ever had. A run executing here knows its last id at once; one executing elsewhere gets
-/// [`CURSOR_CATCH_UP`] for the frames its watcher saw there to be stored.
+/// state rather than a malformed header): one no frame of the run ever had. Every id a
+/// client received names a stored frame (commit before send), so the hub of a run
+/// executing here, else the log, holds it at once.
 pub(crate) async fn check_cursor(
     streams: &Streams,
     store: &dyn Store,
     run_id: &str,
     cursor: u64,
 ) -> Result<(), ApiError> {
-    let past_the_end = |last_id: u64| {
-        ApiError::Conflict(format!(
-            "Invalid Last-Event-ID header: event id {cursor} is past the end of the run's stream (its last event id is {last_id})"
-        ))
-    };
-    let mut notices = streams.notices();
-    let deadline = tokio::time::Instant::now() + CURSOR_CATCH_UP;
-    loop {
-        if let Some(hub) = streams.hub(run_id) {
-            let last_id = hub.last_id();
-            return if cursor <= last_id {
-                Ok(())
-            } else {
-                Err(past_the_end(last_id))
-            };
-        }
-        let Some(log) = store.stream_log(run_id).await? else {
+    let last_id = match streams.hub(run_id) {
+        Some(hub) => hub.last_id(),
+        None => match store.stream_log(run_id).await? {
+            Some(log) => u64::try_from(log.last_id).unwrap_or(0),
             // A run that ended before logs existed: the follower decides.
-            return Ok(());
-        };
-        let last_id = u64::try_from(log.last_id).unwrap_or(0);
-        if cursor <= last_id {
-            return Ok(());
-        }
-        let now = tokio::time::Instant::now();
-        if log.ended || now >= deadline {
-            return Err(past_the_end(last_id));
-        }
-        wait_for_notice(&mut notices, run_id, deadline - now).await;
+            None => return Ok(()),
+        },
+    };
+    if cursor <= last_id {
+        Ok(())
+    } else {
+        Err(ApiError::Conflict(format!(
+            "Invalid Last-Event-ID header: event id {cursor} is past the end of the run's stream (its last event id is {last_id})"
+        )))
     }
 }
 
@@ -375,8 +342,8 @@ impl Follow {
                 let frames = frames
                     .iter()
                     .map(|f| {
-                        let bytes = self.wants(&f.event).then(|| f.sse.clone());
-                        (f.id, f.event == "end", bytes)
+                        let bytes = self.wants(f.event.as_str()).then(|| f.sse.clone());
+                        (f.id, f.event == FrameEvent::End, bytes)
                     })
                     .collect();
                 Ok(self.deliver(frames))
@@ -441,7 +408,7 @@ impl Follow {
                     "latest_available_event_id": log.latest_id,
                     "recovery": "reload_durable_state",
                 });
-                return Ok(self.close_with(sse::frame_without_id("gap", &gap)));
+                return Ok(self.close_with(sse::frame_without_id(FrameEvent::Gap, &gap)));
             }
             if log.ended {
                 self.finished = true;
@@ -458,7 +425,9 @@ impl Follow {
                 // A run that never logged a frame (`launch` stores `metadata` before the
                 // run starts): it ended before stream logs existed.
                 if self.requested.is_none() && !self.sent_any {
-                    return Ok(self.close_with(sse::frame_without_id("end", &Value::Null)));
+                    return Ok(
+                        self.close_with(sse::frame_without_id(FrameEvent::End, &Value::Null))
+                    );
                 }
                 self.finished = true;
                 return Ok(Some(Step::Close));

@@ -186,6 +186,7 @@ pub(crate) async fn recover_orphans(state: &AppState, scope: OrphanScope) -> usi
 /// the thread in `error`.
 async fn recover(state: &AppState, orphan: &OrphanedRun, scope: OrphanScope) -> bool {
     let update = RunStatusUpdate {
+        lease_owner: None,
         status: RunStatus::Error,
         stop_reason: Some(RunStopReason::OrphanRecovered),
         error: Some(ORPHAN_MESSAGE.to_owned()),

@@ -84,6 +84,7 @@ async fn a_streamed_history_pages_newest_first_exactly_like_before_cursors() {
         let id = format!("cp-{n:02}");
         app.store
             .put_checkpoint(NewCheckpoint {
+                lease_owner: None,
                 thread_id: "long".into(),
                 checkpoint_id: id.clone(),
                 parent_checkpoint_id: ids.last().cloned(),

@@ -408,6 +408,7 @@ async fn seed_orphan(store: &dyn Store, thread: &str, run: &str, lease: Duration
         .await
         .unwrap();
     let running = RunStatusUpdate {
+        lease_owner: None,
         status: RunStatus::Running,
         stop_reason: None,
         error: None,

@@ -103,6 +103,7 @@ impl Harness {
             .expect("create run");
         let (sink, mut rx) = OutputSink::channel();
         let mut spec = RunSpec {
+            lease_owner: None,
             thread_id: thread.into(),
             run_id: run_id.into(),
             user_id: Some("u1".into()),

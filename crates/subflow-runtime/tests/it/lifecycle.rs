@@ -124,12 +124,14 @@ async fn a_run_whose_status_was_already_ended_writes_no_second_run_end() {
         .await
         .unwrap();
     let ended = subflow_store::RunStatusUpdate {
+        lease_owner: None,
         status: RunStatus::Error,
         stop_reason: None,
         error: Some("taken over".into()),
     };
     assert!(h.store.update_run_status("r-taken", &ended).await.unwrap());
     let spec = RunSpec {
+        lease_owner: None,
         thread_id: "t-taken".into(),
         run_id: "r-taken".into(),
         user_id: Some("u1".into()),

@@ -60,6 +60,7 @@ fn checkpoint(thread: &str, id: &str, parent: Option<&str>, run: Option<&str>) -
         unreachable!()
     };
     NewCheckpoint {
+        lease_owner: None,
         thread_id: thread.into(),
         checkpoint_id: id.into(),
         parent_checkpoint_id: parent.map(Into::into),
@@ -532,6 +533,7 @@ pub async fn any_sequence_of_states_reads_back_exactly_by_every_route(store: Arc
         };
         let stored = store
             .put_checkpoint(NewCheckpoint {
+                lease_owner: None,
                 thread_id: "long".into(),
                 checkpoint_id: id.clone(),
                 parent_checkpoint_id: None,
@@ -578,6 +580,7 @@ pub async fn a_rollback_leaves_later_runs_checkpoints_whole(store: Arc<dyn Store
     for (n, values) in states.iter().take(30).enumerate() {
         let stored = store
             .put_checkpoint(NewCheckpoint {
+                lease_owner: None,
                 thread_id: "t1".into(),
                 checkpoint_id: format!("c{n:02}"),
                 parent_checkpoint_id: None,
@@ -601,6 +604,7 @@ pub async fn a_rollback_leaves_later_runs_checkpoints_whole(store: Arc<dyn Store
     let next = json!({"messages": [{"id": "h0"}, {"id": "after the rollback"}]});
     store
         .put_checkpoint(NewCheckpoint {
+            lease_owner: None,
             thread_id: "t1".into(),
             checkpoint_id: "c30".into(),
             parent_checkpoint_id: None,
@@ -644,6 +648,7 @@ pub async fn a_checkpoint_is_found_by_id_in_its_thread_only(store: Arc<dyn Store
     let values = json!({"messages": [{"id": "new"}]});
     store
         .put_checkpoint(NewCheckpoint {
+            lease_owner: None,
             thread_id: "t1".into(),
             checkpoint_id: "a1".into(),
             parent_checkpoint_id: None,
@@ -660,6 +665,7 @@ pub async fn a_checkpoint_is_found_by_id_in_its_thread_only(store: Arc<dyn Store
         .push(json!({"id": "more"}));
     store
         .put_checkpoint(NewCheckpoint {
+            lease_owner: None,
             thread_id: "t1".into(),
             checkpoint_id: "a2".into(),
             parent_checkpoint_id: Some("a1".into()),

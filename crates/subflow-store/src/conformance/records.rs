@@ -212,18 +212,21 @@ pub async fn runs_keep_their_first_terminal_status_and_usage(store: Arc<dyn Stor
     );
 
     let running = RunStatusUpdate {
+        lease_owner: None,
         status: RunStatus::Running,
         stop_reason: None,
         error: None,
     };
     assert!(store.update_run_status("r1", &running).await.unwrap());
     let done = RunStatusUpdate {
+        lease_owner: None,
         status: RunStatus::Success,
         stop_reason: Some(RunStopReason::LoopCapped),
         error: None,
     };
     assert!(store.update_run_status("r1", &done).await.unwrap());
     let late = RunStatusUpdate {
+        lease_owner: None,
         status: RunStatus::Interrupted,
         stop_reason: None,
         error: Some("late".into()),
@@ -273,8 +276,8 @@ pub async fn runs_keep_their_first_terminal_status_and_usage(store: Arc<dyn Stor
         ]
         .into(),
     };
-    assert!(store.save_run_usage("r1", &usage).await.unwrap());
-    assert!(!store.save_run_usage("nope", &usage).await.unwrap());
+    assert!(store.save_run_usage("r1", &usage, None).await.unwrap());
+    assert!(!store.save_run_usage("nope", &usage, None).await.unwrap());
     assert_eq!(
         store.get_run("t1", "r1").await.unwrap().unwrap().usage,
         usage

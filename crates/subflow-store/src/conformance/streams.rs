@@ -30,6 +30,7 @@ macro_rules! stream_conformance_tests {
             streams_leases_are_held_renewed_released_and_expire,
             streams_expired_leases_are_recovered_once_with_closing_frames,
             streams_fenced_appends_need_the_lease_and_lose_it_to_a_recovery,
+            streams_fenced_status_usage_and_checkpoints_need_the_lease,
             streams_startup_recovery_takes_every_active_run,
             streams_cancel_requests_are_stored_taken_once_and_announced,
             streams_task_cancel_requests_are_stored_per_task_taken_once_and_announced,
@@ -88,6 +89,7 @@ async fn run_in(store: &dyn Store, thread: &str, run: &str, status: RunStatus) {
 
 async fn set_status(store: &dyn Store, run: &str, status: RunStatus) {
     let update = RunStatusUpdate {
+        lease_owner: None,
         status,
         stop_reason: None,
         error: None,
@@ -122,6 +124,7 @@ async fn ids(store: &dyn Store, run: &str) -> Vec<i64> {
 
 fn orphan_update() -> RunStatusUpdate {
     RunStatusUpdate {
+        lease_owner: None,
         status: RunStatus::Error,
         stop_reason: Some(RunStopReason::OrphanRecovered),
         error: Some("the run's process stopped".into()),
@@ -582,6 +585,97 @@ pub async fn streams_fenced_appends_need_the_lease_and_lose_it_to_a_recovery(
         .append_frames(&batch("t1", "r2", 1..=1, false))
         .await
         .expect("an unfenced append needs no lease");
+}
+
+/// A run's status, usage and checkpoint writes made under a lease owner land only while
+/// it holds the run's lease: after another process recovered the run, each is refused
+/// with [`Error::LeaseLost`] and changes nothing; the same writes without an owner work.
+pub async fn streams_fenced_status_usage_and_checkpoints_need_the_lease(store: Arc<dyn Store>) {
+    run_in(&*store, "t1", "r1", RunStatus::Running).await;
+    assert!(
+        store
+            .acquire_run_lease("r1", "a", Duration::ZERO)
+            .await
+            .unwrap()
+    );
+    let usage = |tokens: i64| crate::RunUsage {
+        total_tokens: tokens,
+        ..Default::default()
+    };
+    let checkpoint = |id: &str, owner: Option<&str>| crate::NewCheckpoint {
+        thread_id: "t1".into(),
+        checkpoint_id: id.into(),
+        parent_checkpoint_id: None,
+        run_id: Some("r1".into()),
+        values: json!({"messages": []}),
+        metadata: Map::new(),
+        lease_owner: owner.map(str::to_owned),
+    };
+    assert!(
+        store
+            .save_run_usage("r1", &usage(5), Some("a"))
+            .await
+            .unwrap()
+    );
+    store
+        .put_checkpoint(checkpoint("c1", Some("a")))
+        .await
+        .expect("the holder writes");
+
+    store
+        .recover_orphan(
+            "r1",
+            OrphanScope::ExpiredLeases,
+            &orphan_update(),
+            &closing(),
+        )
+        .await
+        .unwrap()
+        .expect("the run is recovered");
+    assert!(matches!(
+        store.save_run_usage("r1", &usage(9), Some("a")).await,
+        Err(Error::LeaseLost(_))
+    ));
+    assert!(matches!(
+        store.put_checkpoint(checkpoint("c2", Some("a"))).await,
+        Err(Error::LeaseLost(_))
+    ));
+    let late = RunStatusUpdate {
+        lease_owner: Some("a".into()),
+        status: RunStatus::Success,
+        stop_reason: None,
+        error: None,
+    };
+    assert!(matches!(
+        store.update_run_status("r1", &late).await,
+        Err(Error::LeaseLost(_)) | Ok(false)
+    ));
+    let run = store.get_run("t1", "r1").await.unwrap().unwrap();
+    assert_eq!(run.usage.total_tokens, 5, "the stale usage did not land");
+    assert_eq!(run.status, RunStatus::Error, "the recovery's status stays");
+    let latest = store.latest_checkpoint("t1").await.unwrap().unwrap();
+    assert_eq!(
+        latest.checkpoint_id, "c1",
+        "the stale checkpoint did not land"
+    );
+
+    assert!(store.save_run_usage("r1", &usage(7), None).await.unwrap());
+    store
+        .put_checkpoint(checkpoint("c3", None))
+        .await
+        .expect("an unfenced write needs no lease");
+    let orphan_owner = crate::NewCheckpoint {
+        run_id: None,
+        ..checkpoint("c4", Some("a"))
+    };
+    assert!(
+        store
+            .put_checkpoint(orphan_owner)
+            .await
+            .unwrap_err()
+            .is_invalid_input(),
+        "a lease owner without a run is refused"
+    );
 }
 
 pub async fn streams_startup_recovery_takes_every_active_run(store: Arc<dyn Store>) {

@@ -8,8 +8,13 @@ use crate::{MemoryStore, Result};
 #[async_trait]
 impl CheckpointStore for MemoryStore {
     async fn put_checkpoint(&self, checkpoint: NewCheckpoint) -> Result<Checkpoint> {
+        let fence = checkpoint.fence()?;
         let stored = checkpoint.into_stored()?;
-        self.lock().checkpoints.push(stored.clone());
+        let mut inner = self.lock();
+        if let Some((run_id, owner)) = fence {
+            self.streams.check_lease(&run_id, Some(&owner))?;
+        }
+        inner.checkpoints.push(stored.clone());
         Ok(stored)
     }
 

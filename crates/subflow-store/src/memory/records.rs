@@ -153,6 +153,8 @@ impl RecordStore for MemoryStore {
         else {
             return Ok(false);
         };
+        self.streams
+            .check_lease(run_id, update.lease_owner.as_deref())?;
         run.status = update.status;
         run.stop_reason = update.stop_reason;
         run.error = update.error.clone();
@@ -160,11 +162,17 @@ impl RecordStore for MemoryStore {
         Ok(true)
     }
 
-    async fn save_run_usage(&self, run_id: &str, usage: &RunUsage) -> Result<bool> {
+    async fn save_run_usage(
+        &self,
+        run_id: &str,
+        usage: &RunUsage,
+        lease_owner: Option<&str>,
+    ) -> Result<bool> {
         let mut inner = self.lock();
         let Some(run) = inner.runs.iter_mut().find(|r| r.run_id == run_id) else {
             return Ok(false);
         };
+        self.streams.check_lease(run_id, lease_owner)?;
         run.usage = usage.clone();
         run.updated_at = now_rfc3339();
         Ok(true)

@@ -33,7 +33,24 @@ struct Tables {
     task_cancels: HashMap<String, HashSet<String>>,
 }
 
+impl MemoryStreams {
+    /// [`Error::LeaseLost`] unless `owner` (when given) holds `run_id`'s lease.
+    /// Locked after the store's `inner`, as every caller holds it.
+    pub(super) fn check_lease(&self, run_id: &str, owner: Option<&str>) -> Result<()> {
+        self.lock().check_lease(run_id, owner)
+    }
+}
+
 impl Tables {
+    /// [`Error::LeaseLost`] unless `owner` (when given) holds `run_id`'s lease.
+    fn check_lease(&self, run_id: &str, owner: Option<&str>) -> Result<()> {
+        match (owner, self.leases.get(run_id)) {
+            (None, _) => Ok(()),
+            (Some(owner), Some((held, _))) if held == owner => Ok(()),
+            _ => Err(Error::LeaseLost(run_id.to_owned())),
+        }
+    }
+
     /// Forgets a run's lease and cancel requests.
     fn forget_lease(&mut self, run_id: &str) {
         self.leases.remove(run_id);
@@ -103,11 +120,7 @@ impl StreamStore for MemoryStore {
                 return Err(Error::RunNotFound(batch.run_id.clone()));
             }
             let mut tables = self.streams.lock();
-            if let Some(owner) = &batch.lease_owner
-                && tables.leases.get(&batch.run_id).map(|(held, _)| held) != Some(owner)
-            {
-                return Err(Error::LeaseLost(batch.run_id.clone()));
-            }
+            tables.check_lease(&batch.run_id, batch.lease_owner.as_deref())?;
             let log = tables
                 .logs
                 .entry(batch.run_id.clone())

@@ -81,6 +81,7 @@ impl Harness {
             .unwrap();
         let (sink, mut rx) = OutputSink::channel();
         let spec = RunSpec {
+            lease_owner: None,
             thread_id: thread.into(),
             run_id: run_id.into(),
             user_id: Some("u1".into()),

@@ -53,6 +53,7 @@ async fn long_thread(dir: &std::path::Path) {
             messages.push(message);
             store
                 .put_checkpoint(NewCheckpoint {
+                    lease_owner: None,
                     thread_id: "long".into(),
                     checkpoint_id: uuid::Uuid::now_v7().to_string(),
                     parent_checkpoint_id: None,

@@ -210,11 +210,12 @@ async fn seed(store: &Arc<dyn Store>) -> anyhow::Result<()> {
             token_usage_by_model: [("scripted".to_owned(), bucket)].into(),
             ..RunUsage::default()
         };
-        store.save_run_usage(&run_id, &usage).await?;
+        store.save_run_usage(&run_id, &usage, None).await?;
         store
             .update_run_status(
                 &run_id,
                 &RunStatusUpdate {
+                    lease_owner: None,
                     status: RunStatus::Success,
                     stop_reason: None,
                     error: None,

@@ -163,6 +163,7 @@ async fn measure(
         latencies
     });
     let spec = RunSpec {
+        lease_owner: None,
         thread_id: thread,
         run_id,
         user_id: Some("bench".into()),

@@ -384,6 +384,7 @@ async fn over_channel(
                 latencies
             });
             let spec = RunSpec {
+                lease_owner: None,
                 thread_id,
                 run_id,
                 user_id: Some("bench".into()),
