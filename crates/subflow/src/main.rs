@@ -55,6 +55,12 @@ mod storage;
 
 use std::process::ExitCode;
 
+/// jemalloc gives freed memory back to the system within seconds (its dirty pages decay
+/// on a background thread), where the system allocator kept what a long thread's or a
+/// large batch's peak took for the life of the process; SQLite allocates through it too.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 use clap::{Parser, Subcommand};
 
 /// Exit code for usage and configuration errors (docs/operations.md#commands).
