@@ -185,6 +185,18 @@ pub struct BatchItem {
     pub result: Option<String>,
 }
 
+impl BatchItem {
+    /// The result as a row keeps it: `None` when it equals the preview (a result within
+    /// the preview's length), which SQL backends then read back from the preview
+    /// (`COALESCE(result, result_preview)`), so a short result is stored once.
+    pub fn stored_result(&self) -> Option<&str> {
+        match (&self.result, &self.result_preview) {
+            (Some(result), Some(preview)) if result == preview => None,
+            (result, _) => result.as_deref(),
+        }
+    }
+}
+
 /// An item to submit.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewItem {

@@ -37,7 +37,8 @@ macro_rules! item_columns {
         "id, batch_id, item_key, position, status, attempt, model_name, result_preview, \
          result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
          acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, \
-         lease_owner, lease_expires_at, cancel_requested_at, result, retries"
+         lease_owner, lease_expires_at, cancel_requested_at, \
+         COALESCE(result, result_preview) AS result, retries"
     };
 }
 
@@ -345,7 +346,7 @@ impl BatchRows for PgRows<'_> {
         .bind(column(items, |i| i.status.as_str()))
         .bind(column(items, |i| i64::from(i.attempt)))
         .bind(column(items, |i| i.model_name.clone()))
-        .bind(column(items, |i| i.result.clone()))
+        .bind(column(items, |i| i.stored_result().map(str::to_owned)))
         .bind(column(items, |i| i.result_preview.clone()))
         .bind(column(items, |i| i.result_truncated))
         .bind(column(items, |i| i.error.clone()))

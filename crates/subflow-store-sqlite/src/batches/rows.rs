@@ -75,7 +75,7 @@ pub(super) fn decode_batch(row: &Row<'_>) -> Result<BatchRecord> {
 pub(super) const ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, model_name, \
      result_preview, result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
      acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, lease_owner, \
-     lease_expires_at, cancel_requested_at, result, retries";
+     lease_expires_at, cancel_requested_at, COALESCE(result, result_preview), retries";
 
 pub(super) const LISTED_ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, \
      model_name, result_preview, result_truncated, error, stop_reason, token_usage, \
@@ -194,7 +194,7 @@ fn write_item(conn: &Connection, item: &BatchItem) -> Result<()> {
         item.status.as_str(),
         item.attempt,
         item.model_name,
-        item.result,
+        item.stored_result(),
         item.result_preview,
         item.result_truncated,
         item.error,

@@ -42,6 +42,7 @@ macro_rules! batch_conformance_tests {
             batches_invalid_submissions_name_the_problem_and_write_nothing,
             batches_reads_are_scoped_to_the_owner_and_thread,
             batches_items_page_by_offset_and_status_and_export_in_pages_of_500,
+            batches_a_result_as_short_as_its_preview_reads_back_whole,
             batches_a_claim_promotes_up_to_live_and_leases_up_to_running,
             batches_claims_share_free_slots_across_batches_in_creation_order,
             batches_admitted_claims_start_running_in_the_pass,
@@ -510,6 +511,28 @@ pub async fn batches_reads_are_scoped_to_the_owner_and_thread(store: Arc<dyn Sto
             format!("invalid query: limit must be between 1 and 100, got {limit}")
         );
     }
+}
+
+/// A result no longer than its preview (kept once, as the preview) reads back as the
+/// result from the export and the item, and listings still leave it out.
+pub async fn batches_a_result_as_short_as_its_preview_reads_back_whole(store: Arc<dyn Store>) {
+    let id = submit(&*store, new_batch("a", 1, 1, 1, 1)).await.id;
+    let lease = only(&pass(&*store, &claim(WORKER, 1, LIVE)).await);
+    let short = success("short");
+    assert_eq!(short.result, short.result_preview);
+    store.finish_success(&lease, &short).await.unwrap();
+    let exported = store.export_items(&owner(), &id, None).await.unwrap();
+    assert_eq!(exported[0].result.as_deref(), Some("short"));
+    assert_eq!(exported[0].result_preview.as_deref(), Some("short"));
+    let stored = item(&*store, &id, &exported[0].id).await;
+    assert_eq!(stored.result.as_deref(), Some("short"));
+    let query = ItemQuery {
+        status: None,
+        offset: 0,
+        limit: 10,
+    };
+    let listed = store.list_items(&owner(), &id, &query).await.unwrap();
+    assert_eq!(listed[0].result, None, "listings leave the result out");
 }
 
 /// Items page by offset and status in position order without results; the export
