@@ -4,6 +4,7 @@
 //! the execution ends (retried once), with nothing written when the worker stopped it.
 
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
 use subflow_contracts::SubagentStatus;
 use subflow_runtime::subagent::{ExecutionReport, ExecutionSpec};
@@ -243,12 +244,24 @@ impl Attempt {
     }
 
     /// Writes the attempt's outcome; when that failed twice, hands the claim back at once
-    /// so the item runs again now instead of after its lease (left to expiry only when
-    /// the release fails too).
+    /// so the item runs again now instead of after its lease. When the release fails too
+    /// (the store takes no writes: a full disk, an outage), both are tried again with
+    /// backoff until one lands or a lease has passed, so the item finishes as soon as
+    /// the store is back instead of waiting out its lease.
     async fn finish(&self, lease: &ItemLease, outcome: AttemptOutcome) -> AttemptEnd {
-        match finished(self.shared.finisher.finish(lease, outcome).await) {
-            AttemptEnd::WriteFailed => self.release(lease, ReleaseReason::OutcomeUnstored).await,
-            end => end,
+        let give_up = Instant::now() + self.shared.lease;
+        let mut backoff = FINISH_RETRY_MIN;
+        loop {
+            match finished(self.shared.finisher.finish(lease, outcome.clone()).await) {
+                AttemptEnd::WriteFailed => {}
+                end => return end,
+            }
+            match self.release(lease, ReleaseReason::OutcomeUnstored).await {
+                AttemptEnd::WriteFailed if Instant::now() < give_up => {}
+                end => return end,
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(FINISH_RETRY_MAX);
         }
     }
 
@@ -260,6 +273,10 @@ impl Attempt {
         }
     }
 }
+
+/// The first and the longest pause before an unstored outcome is tried again.
+const FINISH_RETRY_MIN: Duration = Duration::from_millis(250);
+const FINISH_RETRY_MAX: Duration = Duration::from_secs(5);
 
 /// How an outcome write ended.
 fn finished(written: Written) -> AttemptEnd {

@@ -1,7 +1,9 @@
 //! A real full disk: `subflow serve` keeps its SQLite database on an 8 MiB tmpfs, and a
 //! file fills the rest of it mid-run. Cancel and a multitask interrupt answer while no
 //! write can land; once the file is removed the cancelled run ends `interrupted`, as the
-//! cancel asked, without a restart, its messages are kept, and the thread takes new runs. The WAL stays within a quarter of the volume's free space however many
+//! cancel asked, without a restart, its messages are kept, and the thread takes new runs. A
+//! batch and a run under way when the disk fills both finish once it is freed, without a
+//! restart. The WAL stays within a quarter of the volume's free space however many
 //! commits rewrite a row, and a closed store leaves none. Mounting needs root (CI and the development machines run as root); as another
 //! user the test says so and checks nothing, and as root a failed mount fails it.
 
@@ -124,6 +126,82 @@ async fn a_run_cancelled_on_a_full_disk_ends_interrupted_once_space_is_freed_and
     assert_eq!(status, 200, "{values}");
     let after = get(&api, "/threads/t-full/runs?limit=1").await;
     assert_eq!(after[0]["status"], "success", "{after}");
+    process.kill();
+}
+
+/// Items of the batch that runs through the outage.
+const BATCH_ITEMS: usize = 40;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_and_a_run_under_way_when_the_disk_fills_finish_once_it_is_freed() {
+    let Some(disk) = SmallDisk::mount() else {
+        eprintln!("skipped: mounting a tmpfs needs root, and this test runs as another user");
+        return;
+    };
+    write_config(disk.path(), None);
+    let (process, api) = Serve::start(disk.path());
+    let items: Vec<Value> = (0..BATCH_ITEMS)
+        .map(|n| json!({"key": format!("item-{n}"), "prompt": format!("Summarise part {n}")}))
+        .collect();
+    let submission = json!({"title": "through a full disk", "subagent_type": "general-purpose",
+                            "items": items, "submission_key": "full-disk", "max_running_items": 2});
+    let (status, batch) = post(
+        &format!("{api}/threads/t-batch/subagent-batches"),
+        &submission,
+    )
+    .await;
+    assert_eq!(status, 201, "{batch}");
+    let batch_path = format!(
+        "/threads/t-batch/subagent-batches/{}",
+        batch["id"].as_str().unwrap()
+    );
+    let started = async {
+        while get(&api, &batch_path).await["counts"]["succeeded"].as_u64() < Some(2) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(PATIENCE, started)
+        .await
+        .expect("the batch gets under way");
+    let run = start_demo_run(&api, "t-run").await;
+
+    let filler = disk.fill();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let stalled = get(&api, &batch_path).await;
+    assert_ne!(
+        stalled["status"], "completed",
+        "the batch was mid-way: {stalled}"
+    );
+    std::fs::remove_file(filler).unwrap();
+
+    let finished = async {
+        loop {
+            let batch = get(&api, &batch_path).await;
+            let record = get(&api, &format!("/threads/t-run/runs/{run}")).await;
+            let run_over = !matches!(record["status"].as_str(), Some("running" | "pending"));
+            if batch["status"] == "completed" && run_over {
+                return (batch, record);
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    };
+    let Ok((batch, record)) = tokio::time::timeout(PATIENCE * 2, finished).await else {
+        let batch = get(&api, &batch_path).await;
+        let record = get(&api, &format!("/threads/t-run/runs/{run}")).await;
+        panic!("the batch and the run did not finish once there was space again: {batch} {record}");
+    };
+    assert_eq!(
+        batch["counts"]["succeeded"].as_u64(),
+        Some(BATCH_ITEMS as u64),
+        "every item succeeded: {batch}"
+    );
+    assert!(
+        matches!(record["status"].as_str(), Some("success" | "error")),
+        "{record}"
+    );
+    let again = json!({"input": {"messages": [{"role": "user", "content": "hello"}]}});
+    let (status, values) = post(&format!("{api}/threads/t-run/runs/wait"), &again).await;
+    assert_eq!(status, 200, "the thread runs again: {values}");
     process.kill();
 }
 
