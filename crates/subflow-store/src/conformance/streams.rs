@@ -122,6 +122,20 @@ async fn ids(store: &dyn Store, run: &str) -> Vec<i64> {
     frames.iter().map(|f| f.id).collect()
 }
 
+/// Recovers `run`, whose lease expired, as another process would.
+async fn recover_expired(store: &dyn Store, run: &str) {
+    store
+        .recover_orphan(
+            run,
+            OrphanScope::ExpiredLeases,
+            &orphan_update(),
+            &closing(),
+        )
+        .await
+        .unwrap()
+        .expect("the run is recovered");
+}
+
 fn orphan_update() -> RunStatusUpdate {
     RunStatusUpdate {
         lease_owner: None,
@@ -545,16 +559,7 @@ pub async fn streams_fenced_appends_need_the_lease_and_lose_it_to_a_recovery(
     ));
 
     // The lease expired (ttl 0): another process recovers the run.
-    store
-        .recover_orphan(
-            "r1",
-            OrphanScope::ExpiredLeases,
-            &orphan_update(),
-            &closing(),
-        )
-        .await
-        .unwrap()
-        .expect("the run is recovered");
+    recover_expired(&*store, "r1").await;
     let recovered = ids(&*store, "r1").await;
     assert_eq!(recovered, [1, 2, 3, 4]);
     assert!(matches!(
@@ -622,16 +627,7 @@ pub async fn streams_fenced_status_usage_and_checkpoints_need_the_lease(store: A
         .await
         .expect("the holder writes");
 
-    store
-        .recover_orphan(
-            "r1",
-            OrphanScope::ExpiredLeases,
-            &orphan_update(),
-            &closing(),
-        )
-        .await
-        .unwrap()
-        .expect("the run is recovered");
+    recover_expired(&*store, "r1").await;
     assert!(matches!(
         store.save_run_usage("r1", &usage(9), Some("a")).await,
         Err(Error::LeaseLost(_))
