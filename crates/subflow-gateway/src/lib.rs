@@ -131,6 +131,7 @@ pub use app::{AppOptions, Application, BuildError, WorkerOptions, shut_down};
 pub use auth::{AuthMode, Caller};
 pub use error::ApiError;
 pub use routes::batches::BatchFeatures;
+pub use routes::token_usage::thread_token_usage;
 
 /// A model as `/api/models` lists it.
 pub use subflow_contracts::api::ModelListing;

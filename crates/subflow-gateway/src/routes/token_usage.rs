@@ -45,30 +45,45 @@ pub async fn get(
     Query(params): Query<UsageParams>,
 ) -> Result<Json<TokenUsage>, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::ThreadsRead, &thread_id).await?;
+    let include_active = params.include_active.unwrap_or(false);
+    let usage = thread_token_usage(
+        &state,
+        &caller.user_id,
+        &thread_id,
+        owned.is_some(),
+        include_active,
+    )
+    .await?;
+    Ok(Json(usage))
+}
+
+/// The `/token-usage` body of `thread_id` for `user_id`, once the caller may read it:
+/// what the route answers, and what `subflow bench gateway` times in-process. `exists`
+/// is false for a thread id nobody owns, whose usage is zeros.
+pub async fn thread_token_usage(
+    state: &AppState,
+    user_id: &str,
+    thread_id: &str,
+    exists: bool,
+    include_active: bool,
+) -> Result<TokenUsage, ApiError> {
     let mut runs = Vec::new();
     // An unowned thread id has no runs and no state.
-    while owned.is_some() {
+    let mut more = exists;
+    while more {
         let page = state
             .store
             .list_runs(
-                subflow_store::RunScope::Thread(&thread_id),
+                subflow_store::RunScope::Thread(thread_id),
                 None,
                 PAGE,
                 runs.len() as u32,
             )
             .await?;
-        let short = page.len() < PAGE as usize;
+        more = page.len() == PAGE as usize;
         runs.extend(page);
-        if short {
-            break;
-        }
     }
-    let mut body = summarise(
-        &thread_id,
-        &runs,
-        params.include_active.unwrap_or(false),
-        &state.model_facts,
-    );
+    let mut body = summarise(thread_id, &runs, include_active, &state.model_facts);
     // Runs are newest first: the latest run's model sets the window, else the default model.
     let model = runs.first().and_then(|r| r.model_name.clone());
     let facts = model
@@ -79,9 +94,10 @@ pub async fn get(
                 .find(|f| f.name == m || f.model == m)
         })
         .or_else(|| state.model_facts.first());
-    let latest = match owned {
-        Some(_) => state.store.latest_checkpoint(&thread_id).await,
-        None => Ok(None),
+    let latest = if exists {
+        state.store.latest_checkpoint(thread_id).await
+    } else {
+        Ok(None)
     };
     let context = match latest {
         Ok(checkpoint) => {
@@ -98,17 +114,16 @@ pub async fn get(
     };
     body.context_usage = context;
     // Batch items have no parent journal and stay out of every total above (docs/batches.md#observability); their spend is reported beside them.
-    let activities = match owned {
-        Some(_) => {
-            let scope = BatchScope::thread(&caller.user_id, &thread_id);
-            let query = ActivityQuery {
-                batch_ids: None,
-                completed_since: window_start(OffsetDateTime::now_utc()),
-            };
-            state.store.batch_activity(&scope, &query).await?
-        }
-        None => Vec::new(),
+    let activities = if exists {
+        let scope = BatchScope::thread(user_id, thread_id);
+        let query = ActivityQuery {
+            batch_ids: None,
+            completed_since: window_start(OffsetDateTime::now_utc()),
+        };
+        state.store.batch_activity(&scope, &query).await?
+    } else {
+        Vec::new()
     };
     body.batches = thread_section(&activities, &state.model_facts);
-    Ok(Json(body))
+    Ok(body)
 }

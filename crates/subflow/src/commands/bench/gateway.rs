@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use serde_json::json;
 use subflow_contracts::{NewEvent, RunStatus};
-use subflow_gateway::{AppOptions, LOCAL_USER, ModelListing};
+use subflow_gateway::{AppOptions, LOCAL_USER, ModelListing, thread_token_usage};
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{EventQuery, ModelUsage, NewRun, NewThread, RunStatusUpdate, RunUsage, Store};
@@ -55,6 +55,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         vec![ModelListing::named("scripted", "scripted-1")],
     )
     .build()?;
+    let state = app.state().clone();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(app.run(listener, tokio_util::sync::CancellationToken::new()));
@@ -82,30 +83,44 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
             bail!("the store returned {} rows", rows.len());
         }
     }
-    let mut usage = Vec::new();
+    let (mut usage, mut usage_direct) = (Vec::new(), Vec::new());
     for _ in 0..args.requests {
         let started = Instant::now();
-        let body: serde_json::Value = client
+        let body = client
             .get(format!("{base}/api/threads/bench-usage/token-usage"))
             .send()
             .await?
-            .json()
+            .bytes()
             .await?;
         usage.push(started.elapsed());
+        let body: serde_json::Value = serde_json::from_slice(&body)?;
         if body["total_runs"] != 1000 {
             bail!("token-usage counted {} runs", body["total_runs"]);
+        }
+        let started = Instant::now();
+        let direct = thread_token_usage(&state, LOCAL_USER, "bench-usage", true, false)
+            .await
+            .map_err(|error| anyhow::anyhow!("{error}"))?;
+        let text = serde_json::to_vec(&direct)?;
+        usage_direct.push(started.elapsed());
+        if direct.total_runs != 1000 || text.len() < 100 {
+            bail!(
+                "the in-process token usage counted {} runs",
+                direct.total_runs
+            );
         }
     }
     let idle = idle_serve_rss_mb(dir.path()).await?;
     let (http, direct) = (p50(over_http), p50(from_store));
     eprintln!(
-        "bench gateway: {} requests each; /events pages 500 of 10,000 steps; /token-usage sums 1,000 runs",
+        "bench gateway: {} requests each; /events pages 500 of 10,000 steps; /token-usage sums 1,000 runs (in-process: the same call serialised, without HTTP)",
         args.requests
     );
+    let (usage_http, usage_direct) = (p50(usage), p50(usage_direct));
     println!(
-        "events_http_p50_ms={http:.3} events_store_p50_ms={direct:.3} ratio={:.2} token_usage_p50_ms={:.3} serve_idle_rss_mb={idle:.1}",
+        "events_http_p50_ms={http:.3} events_store_p50_ms={direct:.3} ratio={:.2} token_usage_p50_ms={usage_http:.3} token_usage_inproc_p50_ms={usage_direct:.3} token_usage_ratio={:.2} serve_idle_rss_mb={idle:.1}",
         http / direct,
-        p50(usage)
+        usage_http / usage_direct,
     );
     let mut single = None;
     for streams in [1, args.streams] {
