@@ -109,9 +109,6 @@ impl CheckpointStore for PostgresStore {
         let fence = checkpoint.fence()?;
         let stored = checkpoint.into_stored()?;
         let mut tx = self.pool().begin().await.map_err(Error::backend)?;
-        if let Some((run_id, owner)) = &fence {
-            crate::streams::check_lease(&mut tx, run_id, Some(owner)).await?;
-        }
         // One writer per thread at a time, so the base read below is still the latest
         // when the row is inserted.
         sqlx::query("SELECT pg_advisory_xact_lock(hashtext('subflow.checkpoints'), hashtext($1))")
@@ -172,6 +169,9 @@ impl CheckpointStore for PostgresStore {
         .fetch_one(&mut *tx)
         .await
         .map_err(Error::backend)?;
+        if let Some((run_id, owner)) = &fence {
+            crate::streams::check_lease(&mut tx, run_id, Some(owner)).await?;
+        }
         tx.commit().await.map_err(Error::backend)?;
         self.deltas.remember(
             &stored.thread_id,

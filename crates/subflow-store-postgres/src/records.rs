@@ -1,6 +1,7 @@
 //! Thread and run records (docs/api.md#objects, docs/usage-and-cost.md#run-buckets) with the semantics of `MemoryStore`.
 
 use async_trait::async_trait;
+use sqlx::Row;
 use sqlx::postgres::PgRow;
 use subflow_contracts::{RunStatus, ThreadId, ThreadStatus};
 use subflow_store::{
@@ -25,6 +26,29 @@ macro_rules! select_runs {
 macro_rules! select_threads {
     () => {
         "SELECT thread_id, owner, status, metadata, created_at, updated_at FROM threads"
+    };
+}
+
+/// `$update` (an `UPDATE runs … WHERE run_id = $1 …`) fenced by the lease owner bound
+/// at `$owner` (NULL: unfenced), as one statement: the lease row is read `FOR SHARE` and
+/// the run row updated in the same statement, so no lock outlives it (a process frozen
+/// between two statements of a transaction would hold them and stall the recovery that
+/// waits for them). Answers `held` and `updated`.
+macro_rules! fenced {
+    ($update:literal, $owner:literal) => {
+        concat!(
+            "WITH lease AS (SELECT owner FROM run_leases WHERE run_id = $1 FOR SHARE), ",
+            "fence AS (SELECT $",
+            $owner,
+            "::text IS NULL ",
+            "OR EXISTS (SELECT 1 FROM lease WHERE owner = $",
+            $owner,
+            ") AS held), ",
+            "updated AS (",
+            $update,
+            " AND (SELECT held FROM fence) RETURNING 1) ",
+            "SELECT (SELECT held FROM fence) AS held, (SELECT count(*) FROM updated) AS updated"
+        )
     };
 }
 
@@ -238,23 +262,22 @@ impl RecordStore for PostgresStore {
             .filter(|status| status.is_active())
             .map(|status| status.as_str())
             .collect();
-        let mut tx = self.pool().begin().await.map_err(Error::backend)?;
-        let updated = sqlx::query(
+        let row = sqlx::query(fenced!(
             "UPDATE runs SET status = $2, stop_reason = $3, error = $4, updated_at = $5 \
              WHERE run_id = $1 AND status = ANY($6)",
-        )
+            "7"
+        ))
         .bind(run_id)
         .bind(update.status.as_str())
         .bind(update.stop_reason.map(|reason| reason.as_str()))
         .bind(&update.error)
         .bind(now_rfc3339())
         .bind(active)
-        .execute(&mut *tx)
+        .bind(&update.lease_owner)
+        .fetch_one(self.pool())
         .await
         .map_err(Error::backend)?;
-        crate::streams::check_lease(&mut tx, run_id, update.lease_owner.as_deref()).await?;
-        tx.commit().await.map_err(Error::backend)?;
-        Ok(updated.rows_affected() > 0)
+        fenced_outcome(&row, run_id)
     }
 
     async fn save_run_usage(
@@ -263,13 +286,13 @@ impl RecordStore for PostgresStore {
         usage: &RunUsage,
         lease_owner: Option<&str>,
     ) -> Result<bool> {
-        let mut tx = self.pool().begin().await.map_err(Error::backend)?;
-        let updated = sqlx::query(
+        let row = sqlx::query(fenced!(
             "UPDATE runs SET total_input_tokens = $2, total_output_tokens = $3, \
              total_tokens = $4, llm_call_count = $5, lead_agent_tokens = $6, \
              subagent_tokens = $7, middleware_tokens = $8, message_count = $9, \
              token_usage_by_model = $10, updated_at = $11 WHERE run_id = $1",
-        )
+            "12"
+        ))
         .bind(run_id)
         .bind(usage.total_input_tokens)
         .bind(usage.total_output_tokens)
@@ -281,12 +304,11 @@ impl RecordStore for PostgresStore {
         .bind(usage.message_count)
         .bind(codec::by_model_text(&usage.token_usage_by_model))
         .bind(now_rfc3339())
-        .execute(&mut *tx)
+        .bind(lease_owner)
+        .fetch_one(self.pool())
         .await
         .map_err(Error::backend)?;
-        crate::streams::check_lease(&mut tx, run_id, lease_owner).await?;
-        tx.commit().await.map_err(Error::backend)?;
-        Ok(updated.rows_affected() > 0)
+        fenced_outcome(&row, run_id)
     }
 
     async fn delete_run(&self, thread_id: &str, run_id: &str) -> Result<bool> {
@@ -351,4 +373,16 @@ fn run_from_row(row: &PgRow) -> Result<RunRecord> {
         created_at: get(row, "created_at")?,
         updated_at: get(row, "updated_at")?,
     })
+}
+
+/// What a `fenced!` update answered: [`Error::LeaseLost`] when the owner did not hold
+/// the lease, else whether a row changed.
+fn fenced_outcome(row: &PgRow, run_id: &str) -> Result<bool> {
+    let held: bool = row.try_get("held").map_err(Error::backend)?;
+    let updated: i64 = row.try_get("updated").map_err(Error::backend)?;
+    if held {
+        Ok(updated > 0)
+    } else {
+        Err(Error::LeaseLost(run_id.to_owned()))
+    }
 }

@@ -492,10 +492,11 @@ impl StreamStore for PostgresStore {
     }
 }
 
-/// [`Error::LeaseLost`] unless `owner` (when given) holds `run_id`'s lease, read `FOR
-/// SHARE` in the caller's transaction: a recovery taking the lease waits for the write,
-/// or the write sees the recovery's owner. Callers that write the run's row do so first,
-/// so they lock rows in a recovery's order (the run, then its lease).
+/// [`Error::LeaseLost`] unless `owner` (when given) holds `run_id`'s lease, read in the
+/// caller's transaction without a lock: a transaction of several statements must not
+/// hold the lease row, since a process frozen before its commit would stall the
+/// recovery that takes it. A recovery committing between this read and the caller's
+/// commit is the one interleaving left, a single round trip wide.
 pub(crate) async fn check_lease(
     tx: &mut sqlx::PgConnection,
     run_id: &str,
@@ -504,12 +505,11 @@ pub(crate) async fn check_lease(
     let Some(owner) = owner else {
         return Ok(());
     };
-    let held: Option<String> =
-        sqlx::query_scalar("SELECT owner FROM run_leases WHERE run_id = $1 FOR SHARE")
-            .bind(run_id)
-            .fetch_optional(tx)
-            .await
-            .map_err(Error::backend)?;
+    let held: Option<String> = sqlx::query_scalar("SELECT owner FROM run_leases WHERE run_id = $1")
+        .bind(run_id)
+        .fetch_optional(tx)
+        .await
+        .map_err(Error::backend)?;
     if held.as_deref() == Some(owner) {
         Ok(())
     } else {
