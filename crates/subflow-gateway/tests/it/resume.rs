@@ -285,8 +285,8 @@ async fn a_pruned_log_gives_a_gap_to_an_old_cursor_and_a_lone_end_without_one() 
     let run_id = streamed.frames[0].data["run_id"].as_str().unwrap();
     let last = streamed.frames.last().unwrap().clone();
     assert_eq!(last.event, "end");
-    // The creator may read `end` before the write-behind stored it; a finished run's
-    // log is stored whole.
+    // The creator reads `end` once it is stored; the run counts as finished once its
+    // lease is released too.
     app.finished_run("t-prune", run_id).await;
     assert_eq!(app.store.prune_streams(Duration::ZERO).await.unwrap(), 1);
 

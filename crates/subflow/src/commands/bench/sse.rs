@@ -2,8 +2,8 @@
 //! exists (its model answer finished) to the moment a client over loopback has parsed
 //! its `custom` frame, with one stream and with many at once. The baseline is the same
 //! runs read from the runtime's in-process output channel, which is where the gateway
-//! takes the steps from: the ratio is what numbering, the hub, the write-behind log,
-//! HTTP and the client's parsing add. With a PostgreSQL database, the same steps are also
+//! takes the steps from: the ratio is what numbering, storing each frame before it is
+//! sent (the persister), the hub, HTTP and the client's parsing add. With a PostgreSQL database, the same steps are also
 //! timed through a second gateway that follows runs executing in the first one.
 
 use std::collections::HashMap;
