@@ -3,8 +3,6 @@
 use axum::body::Bytes;
 use serde_json::Value;
 
-use crate::stream::hub::FrameEvent;
-
 /// A heartbeat comment; it has no id.
 pub const HEARTBEAT: &[u8] = b": heartbeat\n\n";
 
@@ -14,8 +12,7 @@ pub fn frame_text(event: &str, data: &str, id: u64) -> Bytes {
 }
 
 /// A frame without an id (`gap`, or an `end` of a run that never logged one).
-pub(crate) fn frame_without_id(event: FrameEvent, data: &Value) -> Bytes {
-    let event = event.as_str();
+pub fn frame_without_id(event: &str, data: &Value) -> Bytes {
     Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
 }
 
@@ -31,7 +28,7 @@ mod tests {
             b"event: metadata\ndata: {\"run_id\":\"r\"}\nid: 1\n\n"
         );
         assert_eq!(
-            &frame_without_id(FrameEvent::Gap, &serde_json::json!({"code": "x"}))[..],
+            &frame_without_id("gap", &serde_json::json!({"code": "x"}))[..],
             b"event: gap\ndata: {\"code\":\"x\"}\n\n"
         );
     }

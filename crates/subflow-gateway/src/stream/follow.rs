@@ -408,7 +408,7 @@ impl Follow {
                     "latest_available_event_id": log.latest_id,
                     "recovery": "reload_durable_state",
                 });
-                return Ok(self.close_with(sse::frame_without_id(FrameEvent::Gap, &gap)));
+                return Ok(self.close_with(sse::frame_without_id(FrameEvent::Gap.as_str(), &gap)));
             }
             if log.ended {
                 self.finished = true;
@@ -425,9 +425,10 @@ impl Follow {
                 // A run that never logged a frame (`launch` stores `metadata` before the
                 // run starts): it ended before stream logs existed.
                 if self.requested.is_none() && !self.sent_any {
-                    return Ok(
-                        self.close_with(sse::frame_without_id(FrameEvent::End, &Value::Null))
-                    );
+                    return Ok(self.close_with(sse::frame_without_id(
+                        FrameEvent::End.as_str(),
+                        &Value::Null,
+                    )));
                 }
                 self.finished = true;
                 return Ok(Some(Step::Close));
