@@ -18,6 +18,7 @@ import {
 } from "./board.mjs";
 import { flattenContent, modelLabel, newCard, taskEventUpdate } from "./cards.mjs";
 import { ActivityView } from "./activity.mjs";
+import { UsagePage } from "./usagepage.mjs";
 import { BatchPanel } from "./batchpanel.mjs";
 import { append, h, setText } from "./dom.mjs";
 import { liveRunUsage, threadItems, threadTitle, usageParts } from "./panels.mjs";
@@ -589,14 +590,40 @@ async function toggleActivity() {
     closeActivity();
     return;
   }
+  closeUsage();
   els.activityToggle.setAttribute("aria-expanded", "true");
   closeSidebar();
   await activity.show();
 }
 
+// ---------------------------------------------------------------------------- usage page
+
+const usagePage = new UsagePage(els.usagePage, (threadId) => {
+  closeUsage();
+  closeSidebar();
+  openThread(threadId, { push: true });
+});
+
+function closeUsage() {
+  usagePage.hide();
+  els.usageToggle.setAttribute("aria-expanded", "false");
+}
+
+async function toggleUsage() {
+  if (usagePage.open) {
+    closeUsage();
+    return;
+  }
+  closeActivity();
+  els.usageToggle.setAttribute("aria-expanded", "true");
+  closeSidebar();
+  await usagePage.show();
+}
+
 /** Shows a thread: its messages and cards, and follows its active run in the background. */
 async function openThread(threadId, { push = false, fresh = false } = {}) {
   if (activity.open) closeActivity();
+  if (usagePage.open) closeUsage();
   resetThreadState();
   state.threadId = threadId;
   if (push && location.pathname !== threadPath(threadId)) history.pushState({}, "", threadPath(threadId));
@@ -726,6 +753,7 @@ els.newThread.addEventListener("click", () => {
 });
 els.search.addEventListener("input", searchInput);
 els.activityToggle.addEventListener("click", () => toggleActivity());
+els.usageToggle.addEventListener("click", () => toggleUsage());
 els.threadsToggle.addEventListener("click", () => {
   const open = !els.sidebar.classList.contains("open");
   els.sidebar.classList.toggle("open", open);

@@ -164,6 +164,22 @@ export function summary(batch) {
   return parts.join(" · ");
 }
 
+/** Scope words of a money budget (docs/usage-and-cost.md#budgets). */
+const BUDGET_SCOPES = { run: "run", thread: "thread", user_daily: "today's", batch: "batch" };
+
+/**
+ * A money budget and its spend, `{scope, limit, spent, currency}` as `/token-usage`,
+ * `/api/usage` and batches give it: "thread budget $0.42 of $5.00 (8%)", with
+ * " · paused at its budget" for a batch its budget paused; null without one.
+ */
+export function budgetText(budget, pauseReason = null) {
+  if (!budget || typeof budget.limit !== "number" || typeof budget.spent !== "number") return null;
+  const scope = BUDGET_SCOPES[budget.scope] ?? String(budget.scope);
+  const used = budget.limit > 0 ? Math.floor((budget.spent / budget.limit) * 100) : 0;
+  const text = `${scope} budget ${moneyText(budget.spent, budget.currency)} of ${moneyText(budget.limit, budget.currency)} (${used}%)`;
+  return pauseReason === "budget" ? `${text} · paused at its budget` : text;
+}
+
 /** The footer's batch spend from `/token-usage`'s `batches`, or null when no item reported usage. */
 export function batchSpendText(section) {
   if (!section || !(section.items > 0)) return null;

@@ -11,6 +11,7 @@ import {
   badgeText,
   controls,
   itemsInterval,
+  budgetText,
   limitsText,
   listInterval,
   panelVisible,
@@ -89,6 +90,7 @@ class BatchCard {
     this.meta = h("p", { class: "batch-meta" });
     this.progress = h("progress", { class: "batch-progress", max: "100" });
     this.summary = h("p", { class: "batch-summary" });
+    this.budget = h("p", { class: "batch-budget", hidden: true });
     const act = (action) => () => panel.control(this, action);
     this.pause = button("Pause", act("pause"));
     this.resume = button("Resume", act("resume"));
@@ -120,6 +122,7 @@ class BatchCard {
       this.meta,
       this.progress,
       this.summary,
+      this.budget,
       h("div", { class: "batch-actions" }, this.pause, this.resume, this.cancel, this.export, this.view),
       this.itemsBox,
     );
@@ -137,6 +140,9 @@ class BatchCard {
     this.progress.value = done;
     this.progress.setAttribute("aria-label", `${batch.title}: ${done}% done`);
     setText(this.summary, summary(batch));
+    const budget = budgetText(batch.budget, batch.pause_reason);
+    this.budget.hidden = budget === null;
+    setText(this.budget, budget ?? "");
     const shown = controls(batch, readOnly);
     applyControl(this.pause, shown.pause);
     applyControl(this.resume, shown.resume);

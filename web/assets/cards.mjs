@@ -93,7 +93,11 @@ export function readUsage(value) {
   if (!isObject(value)) return null;
   const { input_tokens: input, output_tokens: output, total_tokens: total } = value;
   if (!isCount(input) || !isCount(output) || !isCount(total)) return null;
-  return { inputTokens: input, outputTokens: output, totalTokens: total };
+  const usage = { inputTokens: input, outputTokens: output, totalTokens: total };
+  // The cache split, present only when > 0, prices the input exactly.
+  if (isCount(value.cache_read_tokens) && value.cache_read_tokens > 0) usage.cacheReadTokens = value.cache_read_tokens;
+  if (isCount(value.cache_write_tokens) && value.cache_write_tokens > 0) usage.cacheWriteTokens = value.cache_write_tokens;
+  return usage;
 }
 
 /** `/^Error\b/i` with ASCII word characters. */
@@ -405,7 +409,14 @@ function priceOfEntry(model) {
   const output = price(pricing.output_per_million);
   if (input <= 0 && output <= 0) return null;
   const currency = nonBlank(pricing.currency) ? pricing.currency.toUpperCase() : "USD";
-  return { currency, inputPerMillion: input, outputPerMillion: output };
+  const optional = (value) => (typeof value === "number" && Number.isFinite(value) ? value : null);
+  return {
+    currency,
+    inputPerMillion: input,
+    outputPerMillion: output,
+    inputCacheHitPerMillion: optional(pricing.input_cache_hit_per_million),
+    inputCacheWritePerMillion: optional(pricing.input_cache_write_per_million),
+  };
 }
 
 /**
@@ -434,10 +445,23 @@ export function hasPrices(models) {
   return Array.isArray(models) && models.some((model) => priceOfEntry(model) !== null);
 }
 
-/** What a usage costs at a price, rounded to 6 decimals; all input is priced as uncached. */
+/**
+ * What a usage costs at a price, rounded to 6 decimals (docs/usage-and-cost.md#cost): cache reads
+ * at the hit price and cache writes at the write price (each the input price when unset),
+ * clamped to the input; the same function, term for term, as the gateway's.
+ */
 export function usageCost(usage, unitPrice) {
+  const input = usage.inputTokens;
+  const cacheRead = Math.min(usage.cacheReadTokens ?? 0, input);
+  const cacheWrite = Math.min(usage.cacheWriteTokens ?? 0, input - cacheRead);
+  const uncached = input - cacheRead - cacheWrite;
+  const hit = unitPrice.inputCacheHitPerMillion ?? unitPrice.inputPerMillion;
+  const write = unitPrice.inputCacheWritePerMillion ?? unitPrice.inputPerMillion;
   const amount =
-    (usage.inputTokens / 1e6) * unitPrice.inputPerMillion + (usage.outputTokens / 1e6) * unitPrice.outputPerMillion;
+    (uncached / 1e6) * unitPrice.inputPerMillion +
+    (cacheRead / 1e6) * hit +
+    (cacheWrite / 1e6) * write +
+    (usage.outputTokens / 1e6) * unitPrice.outputPerMillion;
   return Math.round(amount * 1e6) / 1e6;
 }
 

@@ -1,7 +1,7 @@
 // The side panels of the workspace: the thread list with its search filter and the
 // usage-and-cost footer (docs/usage-and-cost.md#thread-token-usage, docs/usage-and-cost.md#cost). Rendering only; app.mjs fetches the data.
 
-import { batchSpendText } from "./batches.mjs";
+import { batchSpendText, budgetText } from "./batches.mjs";
 import {
   cardCost,
   flattenContent,
@@ -164,6 +164,13 @@ export function usageParts(usage, { lastRun, models, live = null }) {
   if (stopped !== null) parts.push(h("span", { class: "usage-stopped" }, stopped));
   const batchSpend = batchSpendText(usage.batches);
   if (batchSpend !== null) parts.push(h("span", { class: "usage-batches" }, batchSpend));
+  for (const budget of usage.budgets ?? []) {
+    const text = budgetText(budget);
+    if (text !== null) {
+      const over = budget.spent >= budget.limit ? " over" : "";
+      parts.push(h("span", { class: `usage-budget${over}`, "data-scope": budget.scope }, text));
+    }
+  }
   const context = usage.context_usage;
   if (context) {
     const of = context.max_context_tokens ? ` of ${formatCount(context.max_context_tokens)} (${context.percentage}%)` : "";

@@ -9,6 +9,8 @@ export const els = {
   search: $("thread-search"),
   activity: $("activity"),
   activityToggle: $("activity-toggle"),
+  usagePage: $("usage-page"),
+  usageToggle: $("usage-toggle"),
   threadList: $("thread-list"),
   threadListNote: $("thread-list-note"),
   title: $("thread-title"),

@@ -60,6 +60,8 @@ pub fn item_usage(usage: Option<TokenUsage>) -> Option<ItemUsage> {
         input_tokens: count(u.input_tokens),
         output_tokens: count(u.output_tokens),
         total_tokens: count(u.total_tokens),
+        cache_read_tokens: count(u.cache_read_tokens),
+        cache_write_tokens: count(u.cache_write_tokens),
     })
 }
 
@@ -107,16 +109,17 @@ mod tests {
     fn usage_converts_and_stays_absent_without_records() {
         assert_eq!(item_usage(None), None);
         let usage = TokenUsage {
-            input_tokens: 3,
-            output_tokens: 2,
-            total_tokens: 5,
+            cache_read_tokens: 2,
+            ..TokenUsage::new(3, 2, 5)
         };
         assert_eq!(
             item_usage(Some(usage)),
             Some(ItemUsage {
                 input_tokens: 3,
                 output_tokens: 2,
-                total_tokens: 5
+                total_tokens: 5,
+                cache_read_tokens: 2,
+                cache_write_tokens: 0,
             })
         );
     }

@@ -5,6 +5,7 @@ use std::fmt;
 use std::time::Duration;
 
 use subflow_contracts::BatchItemStatus;
+use subflow_contracts::task_result::TokenUsage;
 
 /// How the worker left one claimed attempt.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,7 +14,8 @@ pub enum AttemptEnd {
     /// for a retry, `failed` or `cancelled`).
     Finished(BatchItemStatus),
     /// The claim was handed back with its attempt restored: admission refused, the
-    /// worker stopping before admission, or a stale local execution drained.
+    /// worker stopping before admission, a stale local execution drained, or its start
+    /// or outcome not stored.
     Released,
     /// The local execution was stopped and nothing written: its lease was lost, its
     /// batch was cancelled, or the worker is shutting down.
@@ -31,6 +33,9 @@ pub trait WorkerMetrics: Send + Sync + fmt::Debug {
     fn lease_expirations(&self, _count: u64) {}
     /// A claimed attempt of subagent `agent` ended as `end`, `duration` after its claim.
     fn attempt_finished(&self, _agent: &str, _end: AttemptEnd, _duration: Duration) {}
+    /// An item's execution ran on `model` and used `usage`, whatever then became of its
+    /// outcome: what it spent (`subflow_cost_total`).
+    fn execution_usage(&self, _model: &str, _usage: &TokenUsage) {}
 }
 
 /// The metrics of a worker nobody scrapes.

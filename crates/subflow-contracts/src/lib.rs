@@ -41,6 +41,7 @@ mod macros;
 
 pub mod api;
 pub mod auth;
+pub mod cost;
 pub mod events;
 pub mod ids;
 pub mod messages;

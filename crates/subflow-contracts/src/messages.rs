@@ -125,6 +125,18 @@ pub struct UsageMetadata {
     pub input_token_details: InputTokenDetails,
 }
 
+impl UsageMetadata {
+    /// The counts one call is priced on.
+    pub fn tokens(&self) -> crate::cost::Tokens {
+        crate::cost::Tokens {
+            input: self.input_tokens,
+            output: self.output_tokens,
+            cache_read: self.input_token_details.cache_read,
+            cache_write: self.input_token_details.cache_creation,
+        }
+    }
+}
+
 /// Details of the input tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -132,6 +144,13 @@ pub struct InputTokenDetails {
     /// Input tokens served from the provider's cache.
     #[serde(default, deserialize_with = "crate::api::numbers::whole_u64")]
     pub cache_read: u64,
+    /// Input tokens written to the provider's cache; present only when > 0.
+    #[serde(
+        default,
+        deserialize_with = "crate::api::numbers::whole_u64",
+        skip_serializing_if = "crate::api::numbers::is_zero"
+    )]
+    pub cache_creation: u64,
 }
 
 /// `status` of a tool message.
@@ -277,7 +296,10 @@ mod tests {
                 input_tokens: 3,
                 output_tokens: 1,
                 total_tokens: 4,
-                input_token_details: InputTokenDetails { cache_read: 2 },
+                input_token_details: InputTokenDetails {
+                    cache_read: 2,
+                    cache_creation: 0,
+                },
             }),
             ..AiMessage::default()
         });

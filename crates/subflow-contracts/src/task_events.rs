@@ -327,12 +327,7 @@ impl<'a> EndParts<'a> {
 
 /// `{input_tokens, output_tokens, total_tokens}` when all three are non-negative integers.
 fn valid_usage(usage: &Value) -> Option<TokenUsage> {
-    let count = |key| usage.get(key).and_then(Value::as_u64);
-    Some(TokenUsage {
-        input_tokens: count("input_tokens")?,
-        output_tokens: count("output_tokens")?,
-        total_tokens: count("total_tokens")?,
-    })
+    TokenUsage::from_value(usage)
 }
 
 /// The error of a task whose execution vanished without a status (docs/events.md#task-events).
@@ -814,11 +809,7 @@ mod tests {
     }
 
     fn typed_events() -> Vec<TaskEvent> {
-        let usage = Some(TokenUsage {
-            input_tokens: 5,
-            output_tokens: 2,
-            total_tokens: 7,
-        });
+        let usage = Some(TokenUsage::new(5, 2, 7));
         let ai = Message::Ai(crate::messages::AiMessage {
             content: json!([{"type": "text", "text": "look"}, "here"]),
             id: Some("m1".into()),

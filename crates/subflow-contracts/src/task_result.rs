@@ -51,7 +51,9 @@ pub fn bound_text(text: &str, cap: usize) -> String {
     format!("{head_text}{ELISION}{}", &text[tail_start..])
 }
 
-/// Cumulative token usage of a subagent: `{input_tokens, output_tokens, total_tokens}`.
+/// Cumulative token usage of a subagent: `{input_tokens, output_tokens, total_tokens}`,
+/// plus `cache_read_tokens` and `cache_write_tokens` when > 0 (additive: they split the
+/// input so it is priced exactly, docs/usage-and-cost.md#cost).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[cfg_attr(feature = "openapi", schema(as = TaskUsage))]
@@ -62,17 +64,46 @@ pub struct TokenUsage {
     pub output_tokens: u64,
     /// Total tokens.
     pub total_tokens: u64,
+    /// Input tokens read from the provider's cache; present only when > 0.
+    #[serde(default, skip_serializing_if = "crate::api::numbers::is_zero")]
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the provider's cache; present only when > 0.
+    #[serde(default, skip_serializing_if = "crate::api::numbers::is_zero")]
+    pub cache_write_tokens: u64,
 }
 
 impl TokenUsage {
-    /// Reads a usage object whose three counts are all finite, non-negative integers.
+    /// The three counts, without a cache split.
+    pub fn new(input_tokens: u64, output_tokens: u64, total_tokens: u64) -> TokenUsage {
+        TokenUsage {
+            input_tokens,
+            output_tokens,
+            total_tokens,
+            ..TokenUsage::default()
+        }
+    }
+
+    /// Reads a usage object whose three counts are all finite, non-negative integers; a
+    /// cache count that is absent or not one reads as 0.
     pub fn from_value(value: &Value) -> Option<TokenUsage> {
         let count = |key| value.get(key).and_then(non_negative_integer);
         Some(TokenUsage {
             input_tokens: count("input_tokens")?,
             output_tokens: count("output_tokens")?,
             total_tokens: count("total_tokens")?,
+            cache_read_tokens: count("cache_read_tokens").unwrap_or(0),
+            cache_write_tokens: count("cache_write_tokens").unwrap_or(0),
         })
+    }
+
+    /// The counts [`crate::cost::cost`] prices.
+    pub fn tokens(&self) -> crate::cost::Tokens {
+        crate::cost::Tokens {
+            input: self.input_tokens,
+            output: self.output_tokens,
+            cache_read: self.cache_read_tokens,
+            cache_write: self.cache_write_tokens,
+        }
     }
 }
 
@@ -94,6 +125,8 @@ pub struct TaskOutcome {
     pub status: SubagentStatus,
     /// The guard cap that ended the run; stamped only on completed and failed runs.
     pub stop_reason: Option<SubagentStopReason>,
+    /// Whether the cap was a money budget's (`budget_kind: "cost"` beside `token_capped`).
+    pub cost_capped: bool,
     /// The full, untrimmed result text; used only when completed.
     pub result: Option<String>,
     /// The error text; used only when not completed.
@@ -110,6 +143,7 @@ impl TaskOutcome {
         TaskOutcome {
             status,
             stop_reason: None,
+            cost_capped: false,
             result: None,
             error: None,
             model_name: None,
@@ -153,6 +187,9 @@ pub fn task_tool_message(tool_call_id: &str, outcome: &TaskOutcome) -> ToolMessa
     kwargs.insert("subagent_status".into(), json!(status.as_str()));
     if let Some(reason) = stop_reason {
         kwargs.insert("subagent_stop_reason".into(), json!(reason.as_str()));
+        if outcome.cost_capped && reason == SubagentStopReason::TokenCapped {
+            kwargs.insert("budget_kind".into(), json!("cost"));
+        }
     }
 
     let (content, error) = match status {

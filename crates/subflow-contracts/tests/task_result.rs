@@ -205,11 +205,7 @@ fn extras() -> [Extras; 3] {
         Extras {
             model: Some("  gpt-x  "),
             model_expected: Some("gpt-x"),
-            usage: Some(TokenUsage {
-                input_tokens: 10,
-                output_tokens: 5,
-                total_tokens: 15,
-            }),
+            usage: Some(TokenUsage::new(10, 5, 15)),
             usage_expected: Some(
                 json!({"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}),
             ),
@@ -248,6 +244,7 @@ fn matrix() -> Vec<(String, ToolMessage, Expected)> {
                     let outcome = TaskOutcome {
                         status,
                         stop_reason: stop,
+                        cost_capped: false,
                         result,
                         error,
                         model_name: extra.model.map(str::to_owned),
@@ -596,11 +593,7 @@ fn legacy(state: CardState) -> TaskCardStatus {
 }
 
 fn usage(input: u64, output: u64, total: u64) -> Option<TokenUsage> {
-    Some(TokenUsage {
-        input_tokens: input,
-        output_tokens: output,
-        total_tokens: total,
-    })
+    Some(TokenUsage::new(input, output, total))
 }
 
 fn check_read(kwargs: Value, content: &str, expected: TaskCardStatus) {
@@ -870,4 +863,20 @@ fn a_tool_message_is_read_from_its_flattened_content() {
             ..card(CardState::Failed)
         }
     );
+}
+
+#[test]
+fn a_money_budget_stop_says_its_kind() {
+    let mut outcome = TaskOutcome::completed("partial findings");
+    outcome.stop_reason = Some(SubagentStopReason::TokenCapped);
+    outcome.cost_capped = true;
+    let message = task_tool_message("call_1", &outcome);
+    assert_eq!(message.additional_kwargs["budget_kind"], "cost");
+    assert_eq!(
+        message.additional_kwargs["subagent_stop_reason"],
+        "token_capped"
+    );
+    outcome.cost_capped = false;
+    let tokens = task_tool_message("call_1", &outcome);
+    assert!(!tokens.additional_kwargs.contains_key("budget_kind"));
 }

@@ -8,7 +8,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use subflow_batches::Worker;
+use subflow_batches::{AttemptEnd, Worker, WorkerMetrics};
+use subflow_contracts::task_result::TokenUsage as TaskUsage;
 use subflow_runtime::runtime::{Runtime, RuntimeOptions};
 use subflow_store::BatchStore;
 use subflow_telemetry::{ExporterConfig, Metrics, OtlpExporter};
@@ -16,6 +17,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::server::ConnectionTimeouts;
 use crate::stream::{StreamConfig, Streams};
+use subflow_runtime::budget::BudgetsConfig;
+
+use crate::usage::{ModelFacts, priced};
 use crate::{ActiveRuns, AppState, AuthMode, BatchFeatures, ModelListing, usage};
 
 /// What a gateway is built from, by name; [`AppOptions::new`] has the defaults of docs/configuration.md#sources.
@@ -60,6 +64,8 @@ pub struct AppOptions {
     pub export_timeout: Duration,
     /// The in-process batch worker, when this gateway runs one; none by default.
     pub worker: Option<WorkerOptions>,
+    /// `budgets.*`: money budgets, priced at `model_facts`; none by default.
+    pub budgets: BudgetsConfig,
 }
 
 /// How the in-process batch worker runs (`subagent_batches.*`); it works on the
@@ -78,21 +84,52 @@ pub struct WorkerOptions {
     pub result_preview_max_chars: usize,
 }
 
+/// The worker's metrics: the registry's, with each execution's usage priced into
+/// `subflow_cost_total` by the one price function.
+#[derive(Debug)]
+struct PricedWorkerMetrics {
+    metrics: Arc<Metrics>,
+    models: Vec<ModelFacts>,
+}
+
+impl WorkerMetrics for PricedWorkerMetrics {
+    fn lease_expirations(&self, count: u64) {
+        self.metrics.lease_expirations(count);
+    }
+
+    fn attempt_finished(&self, agent: &str, end: AttemptEnd, duration: Duration) {
+        self.metrics.attempt_finished(agent, end, duration);
+    }
+
+    fn execution_usage(&self, model: &str, usage: &TaskUsage) {
+        // Labelled by the provider's model id, as runs' costs are.
+        let label = self
+            .models
+            .iter()
+            .find(|facts| facts.name == model)
+            .map_or(model, |facts| facts.model.as_str());
+        if let Some((model, currency, amount)) = priced(&self.models, label, &usage.tokens()) {
+            self.metrics.add_cost(&model, &currency, amount);
+        }
+    }
+}
+
 impl WorkerOptions {
-    /// A worker with these options on `store` and `runtime`, counting into `metrics`; not
-    /// yet running.
+    /// A worker with these options on `store` and `runtime`, counting into `metrics` and
+    /// pricing what its items spend at `models`' prices; not yet running.
     pub fn worker(
         self,
         store: Arc<dyn BatchStore>,
         runtime: Runtime,
         metrics: Arc<Metrics>,
+        models: Vec<ModelFacts>,
     ) -> Result<Worker, subflow_batches::Error> {
         let mut options = subflow_batches::Options::new(store, runtime, self.hostname);
         options.lease = self.lease;
         options.poll_interval = self.poll_interval;
         options.max_result_chars = self.max_result_chars;
         options.result_preview_max_chars = self.result_preview_max_chars;
-        options.metrics = metrics;
+        options.metrics = Arc::new(PricedWorkerMetrics { metrics, models });
         options.build()
     }
 }
@@ -139,6 +176,7 @@ impl AppOptions {
             environment: None,
             export_timeout: Duration::from_secs(10),
             worker: None,
+            budgets: BudgetsConfig::default(),
         }
     }
 
@@ -147,7 +185,11 @@ impl AppOptions {
     /// worker, whose handle the state holds.
     pub fn build(self) -> Result<Application, BuildError> {
         let store = self.runtime.store.clone();
-        let runtime = self.runtime.build();
+        let runtime = self.runtime.build().with_budgets(crate::budgets::budgets(
+            self.budgets,
+            store.clone(),
+            &self.model_facts,
+        ));
         let metrics = Arc::new(Metrics::new(
             runtime.store_counters().clone(),
             runtime.observer_counters().clone(),
@@ -161,7 +203,12 @@ impl AppOptions {
         let mut batches = self.batches;
         let worker = match self.worker {
             Some(options) => {
-                let worker = options.worker(store.clone(), runtime.clone(), metrics.clone())?;
+                let worker = options.worker(
+                    store.clone(),
+                    runtime.clone(),
+                    metrics.clone(),
+                    self.model_facts.clone(),
+                )?;
                 batches.worker = Some(worker.handle());
                 Some(worker)
             }

@@ -21,12 +21,12 @@ use std::time::Duration;
 use serde::Serialize;
 use subflow_contracts::BatchStatus;
 use subflow_contracts::api::usage::{BatchSpend, Cost};
+use subflow_store::ItemUsage;
 use subflow_store::batches::{BatchActivity, BatchRecord};
-use subflow_store::{ItemUsage, ModelUsage};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use crate::usage::{ModelFacts, RunCost, bucket_cost, cost_of, price_of, round6};
+use crate::usage::{ModelFacts, RunCost, cost_of, priced, round6};
 
 /// How far back completions count towards `items_per_minute`.
 pub const RATE_WINDOW: Duration = Duration::from_secs(5 * 60);
@@ -61,23 +61,7 @@ fn item_costs(activity: &BatchActivity, models: &[ModelFacts]) -> Vec<RunCost> {
     activity
         .by_model
         .iter()
-        .filter_map(|group| {
-            let model = group.model_name.as_deref()?;
-            let price = price_of(models, model)?;
-            let bucket = ModelUsage {
-                input_tokens: group.usage.input_tokens,
-                output_tokens: group.usage.output_tokens,
-                total_tokens: group.usage.total_tokens,
-                cache_read_tokens: None,
-            };
-            (bucket.input_tokens != 0 || bucket.output_tokens != 0).then(|| {
-                (
-                    model.to_owned(),
-                    price.currency.to_uppercase(),
-                    bucket_cost(&bucket, price),
-                )
-            })
-        })
+        .filter_map(|group| priced(models, group.model_name.as_deref()?, &group.usage.tokens()))
         .collect()
 }
 
@@ -180,6 +164,7 @@ mod tests {
                 input_per_million: input,
                 output_per_million: output,
                 input_cache_hit_per_million: Some(0.01),
+                input_cache_write_per_million: None,
             }),
         }
     }
@@ -210,6 +195,8 @@ mod tests {
             updated_at: ago(1),
             completed_at: None,
             counts,
+            pause_reason: None,
+            budget_level: 0,
             user_id: "u".into(),
             run_id: None,
             tool_call_id: None,
@@ -236,6 +223,8 @@ mod tests {
                 input_tokens: input,
                 output_tokens: output,
                 total_tokens: input + output,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
             },
         }
     }
@@ -331,7 +320,9 @@ mod tests {
             ItemUsage {
                 input_tokens: 1_000_000,
                 output_tokens: 1_000_000,
-                total_tokens: 2_000_000
+                total_tokens: 2_000_000,
+                cache_read_tokens: 0,
+                cache_write_tokens: 0,
             }
         );
         // 11.0 over 4 items, 4 left: 22.0 in all.

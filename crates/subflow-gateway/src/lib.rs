@@ -102,6 +102,7 @@
 mod app;
 pub mod auth;
 pub mod batch_progress;
+pub mod budgets;
 mod error;
 mod extract;
 mod metrics;
@@ -113,6 +114,7 @@ mod sse;
 pub mod stream;
 mod trace;
 pub mod usage;
+pub mod usage_report;
 mod web;
 
 use std::future::Future;
@@ -256,6 +258,7 @@ pub(crate) fn api_router() -> OpenApiRouter<AppState> {
         .routes(routes!(threads::state, threads::update_state))
         .routes(routes!(messages::page))
         .routes(routes!(token_usage::get))
+        .routes(routes!(routes::usage::get))
         .routes(routes!(threads::history_get, threads::history_post))
         .routes(routes!(runs::list, runs::create))
         .routes(routes!(runs::stream))

@@ -10,77 +10,16 @@ use subflow_contracts::api::usage::{
 };
 use subflow_contracts::messages::Message;
 use subflow_contracts::task_result::TokenUsage as TaskUsage;
-use subflow_store::{ModelUsage, RunRecord, RunUsage};
+use subflow_store::{RunRecord, RunUsage};
 
-/// What `/token-usage` needs to know about a configured model.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ModelFacts {
-    /// Configured name.
-    pub name: String,
-    /// Provider model id.
-    pub model: String,
-    /// `context_window`.
-    pub context_window: Option<u64>,
-    /// `pricing`, if any.
-    pub pricing: Option<Price>,
-}
-
-/// Prices per million tokens.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Price {
-    /// Upper-case currency code.
-    pub currency: String,
-    /// Uncached input.
-    pub input_per_million: f64,
-    /// Output.
-    pub output_per_million: f64,
-    /// Cached input; the input price when absent.
-    pub input_cache_hit_per_million: Option<f64>,
-}
+pub use subflow_contracts::cost::{ModelFacts, Price, RunCost, price_of, priced, round6};
+use subflow_contracts::cost::{Tokens, cost as price_tokens};
 
 /// Whether a run counts: `success` and `error`, plus `running` when asked.
 pub fn counted(run: &RunRecord, include_active: bool) -> bool {
     matches!(run.status, RunStatus::Success | RunStatus::Error)
         || (include_active && run.status == RunStatus::Running)
 }
-
-/// The price of a model name: by configured name, by provider model, then lowercase forms.
-/// Entries whose input and output prices are both ≤ 0 count as unpriced.
-pub fn price_of<'a>(models: &'a [ModelFacts], name: &str) -> Option<&'a Price> {
-    let lower = name.to_lowercase();
-    let matches = |m: &&ModelFacts| {
-        m.name == name
-            || m.model == name
-            || m.name.to_lowercase() == lower
-            || m.model.to_lowercase() == lower
-    };
-    models
-        .iter()
-        .filter(matches)
-        .filter_map(|m| m.pricing.as_ref())
-        .find(|p| p.input_per_million > 0.0 || p.output_per_million > 0.0)
-}
-
-/// The cost of one bucket at `price`, cached input at the hit price.
-pub fn bucket_cost(bucket: &ModelUsage, price: &Price) -> f64 {
-    let input = bucket.input_tokens.max(0);
-    let cache_read = bucket.cache_read_tokens.unwrap_or(0).clamp(0, input);
-    let uncached = input - cache_read;
-    let hit = price
-        .input_cache_hit_per_million
-        .unwrap_or(price.input_per_million);
-    uncached as f64 / 1e6 * price.input_per_million
-        + cache_read as f64 / 1e6 * hit
-        + bucket.output_tokens.max(0) as f64 / 1e6 * price.output_per_million
-}
-
-/// `value` rounded to 6 decimals, as every amount is reported.
-pub fn round6(value: f64) -> f64 {
-    (value * 1e6).round() / 1e6
-}
-
-/// One priced amount of a run: (model, upper-case currency, unrounded cost).
-pub type RunCost = (String, String, f64);
 
 /// The unrounded cost of one run by model (docs/usage-and-cost.md#cost): its priced buckets, skipping empty
 /// ones; a run with no priced bucket is priced on its totals at `model_name`, with no
@@ -90,55 +29,28 @@ pub fn run_costs(
     model_name: Option<&str>,
     models: &[ModelFacts],
 ) -> Vec<RunCost> {
-    let mut costs = Vec::new();
-    for (model, bucket) in &usage.token_usage_by_model {
-        if bucket.input_tokens == 0 && bucket.output_tokens == 0 {
-            continue;
-        }
-        if let Some(price) = price_of(models, model) {
-            costs.push((
-                model.clone(),
-                price.currency.to_uppercase(),
-                bucket_cost(bucket, price),
-            ));
-        }
-    }
+    let mut costs: Vec<RunCost> = usage
+        .token_usage_by_model
+        .iter()
+        .filter_map(|(model, bucket)| priced(models, model, &bucket.tokens()))
+        .collect();
     if costs.is_empty()
         && let Some(model) = model_name
-        && let Some(price) = price_of(models, model)
     {
-        let totals = ModelUsage {
-            input_tokens: usage.total_input_tokens,
-            output_tokens: usage.total_output_tokens,
-            total_tokens: usage.total_tokens,
-            cache_read_tokens: None,
-        };
-        if totals.input_tokens > 0 || totals.output_tokens > 0 {
-            costs.push((
-                model.to_owned(),
-                price.currency.to_uppercase(),
-                bucket_cost(&totals, price),
-            ));
-        }
+        let totals = Tokens::of_signed(usage.total_input_tokens, usage.total_output_tokens, 0, 0);
+        costs.extend(priced(models, model, &totals));
     }
     costs
 }
 
 /// The price of one task's cumulative usage at its model (docs/api.md#task-summaries, docs/usage-and-cost.md#cost), as
-/// `{currency, total}`, or `None` when the model has no price. Task usage has no cache
-/// split, so every input token is priced as uncached.
+/// `{currency, total}`, or `None` when the model has no price: its cache reads and
+/// writes at their own prices, as a card prices them.
 pub fn task_cost(usage: &TaskUsage, model: &str, models: &[ModelFacts]) -> Option<TaskCost> {
     let price = price_of(models, model)?;
-    let bucket = ModelUsage {
-        input_tokens: i64::try_from(usage.input_tokens).unwrap_or(i64::MAX),
-        output_tokens: i64::try_from(usage.output_tokens).unwrap_or(i64::MAX),
-        total_tokens: i64::try_from(usage.total_tokens).unwrap_or(i64::MAX),
-        cache_read_tokens: None,
-    };
-    let total = round6(bucket_cost(&bucket, price));
     Some(TaskCost {
         currency: price.currency.to_uppercase(),
-        total,
+        total: round6(price_tokens(&usage.tokens(), price)),
     })
 }
 
@@ -284,6 +196,7 @@ pub fn summarise(
         },
         context_usage: None,
         batches: BatchSpend::default(),
+        budgets: Vec::new(),
     }
 }
 
@@ -292,6 +205,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::{Map, Value, json};
+    use subflow_store::ModelUsage;
 
     /// The JSON body `summarise` answers with.
     fn summary(
@@ -319,6 +233,7 @@ mod tests {
                 input_per_million: i,
                 output_per_million: o,
                 input_cache_hit_per_million: h,
+                input_cache_write_per_million: None,
             }),
         }
     }
@@ -337,6 +252,7 @@ mod tests {
                     output_tokens: *output,
                     total_tokens: input + output,
                     cache_read_tokens: *cached,
+                    cache_write_tokens: None,
                 },
             );
         }
@@ -357,28 +273,6 @@ mod tests {
             created_at: String::new(),
             updated_at: String::new(),
         }
-    }
-
-    #[test]
-    fn cache_hits_use_the_hit_price_else_the_input_price() {
-        let bucket = ModelUsage {
-            input_tokens: 1_000_000,
-            output_tokens: 1_000_000,
-            total_tokens: 2_000_000,
-            cache_read_tokens: Some(400_000),
-        };
-        let with_hit = Price {
-            currency: "USD".into(),
-            input_per_million: 2.0,
-            output_per_million: 8.0,
-            input_cache_hit_per_million: Some(0.5),
-        };
-        assert!((bucket_cost(&bucket, &with_hit) - (0.6 * 2.0 + 0.4 * 0.5 + 8.0)).abs() < 1e-12);
-        let without = Price {
-            input_cache_hit_per_million: None,
-            ..with_hit
-        };
-        assert!((bucket_cost(&bucket, &without) - (2.0 + 8.0)).abs() < 1e-12);
     }
 
     #[test]
@@ -467,16 +361,6 @@ mod tests {
     }
 
     proptest! {
-        #[test]
-        fn bucket_costs_are_never_negative_and_cache_hits_never_cost_more(input in 0i64..10_000_000, output in 0i64..10_000_000, cached in -100i64..20_000_000, hit in 0.0f64..5.0) {
-            let price = Price { currency: "USD".into(), input_per_million: 5.0, output_per_million: 10.0, input_cache_hit_per_million: Some(hit) };
-            let bucket = ModelUsage { input_tokens: input, output_tokens: output, total_tokens: input + output, cache_read_tokens: Some(cached) };
-            let uncached = ModelUsage { cache_read_tokens: None, ..bucket };
-            let with_cache = bucket_cost(&bucket, &price);
-            prop_assert!(with_cache >= 0.0);
-            prop_assert!(with_cache <= bucket_cost(&uncached, &price) + 1e-9);
-        }
-
         #[test]
         fn the_cost_total_is_the_sum_of_its_models(a in 0i64..5_000_000, b in 0i64..5_000_000, c in 0i64..5_000_000) {
             let runs = vec![run(RunStatus::Success, "gpt", &[("gpt", a, b, None), ("claude", c, a, Some(c / 2))])];

@@ -438,6 +438,7 @@ impl EventDecoder {
                 output_tokens: self.output_tokens,
                 total_tokens: input_tokens + self.output_tokens,
                 cache_read: self.cache_read,
+                cache_write: self.cache_creation,
             }));
         }
         let reason = match self.stop_reason.take().as_deref() {

@@ -103,6 +103,7 @@ pub async fn assemble(
         },
         input_token_details: InputTokenDetails {
             cache_read: u.cache_read,
+            cache_creation: u.cache_write,
         },
     });
     Ok((message, usage))
@@ -145,6 +146,7 @@ mod tests {
                 output_tokens: 5,
                 total_tokens: 0,
                 cache_read: 4,
+                cache_write: 2,
             }),
             ChatEvent::Finish {
                 reason: "tool_calls".into(),
@@ -168,9 +170,10 @@ mod tests {
         assert_eq!(
             (
                 reported.total_tokens,
-                reported.input_token_details.cache_read
+                reported.input_token_details.cache_read,
+                reported.input_token_details.cache_creation
             ),
-            (15, 4)
+            (15, 4, 2)
         );
         assert_eq!(usage.unwrap().input_tokens, 10);
     }

@@ -264,11 +264,15 @@ struct WireUsage {
     completion_tokens: Option<u64>,
     total_tokens: Option<u64>,
     prompt_tokens_details: Option<PromptDetails>,
+    /// Cache writes as Anthropic-backed OpenAI-compatible gateways report them.
+    cache_creation_input_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
 struct PromptDetails {
     cached_tokens: Option<u64>,
+    /// Cache writes as OpenAI-compatible routers report them.
+    cache_write_tokens: Option<u64>,
 }
 
 /// Decodes the chunk stream. Text and tool-call pieces go out as they come; the finish
@@ -327,7 +331,13 @@ impl Decoder for ChunkDecoder {
                 total_tokens: usage.total_tokens.unwrap_or(input_tokens + output_tokens),
                 cache_read: usage
                     .prompt_tokens_details
+                    .as_ref()
                     .and_then(|details| details.cached_tokens)
+                    .unwrap_or(0),
+                cache_write: usage
+                    .prompt_tokens_details
+                    .and_then(|details| details.cache_write_tokens)
+                    .or(usage.cache_creation_input_tokens)
                     .unwrap_or(0),
             }));
         }

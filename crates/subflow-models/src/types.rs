@@ -42,6 +42,8 @@ pub struct Usage {
     pub total_tokens: u64,
     /// Input tokens read from the provider's cache.
     pub cache_read: u64,
+    /// Input tokens written to the provider's cache.
+    pub cache_write: u64,
 }
 
 /// One item of a model's streamed answer.

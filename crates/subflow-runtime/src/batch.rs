@@ -83,7 +83,8 @@ impl BatchTool {
                         }, "required": ["key", "prompt"]}},
                     "subagent_type": {"type": "string", "description": "The subagent every item runs, e.g. general-purpose"},
                     "max_live_items": {"type": "integer", "description": "Most items queued or running at once; 0 or absent for the default"},
-                    "max_running_items": {"type": "integer", "description": "Most items running at once; 0 or absent for the default"}
+                    "max_running_items": {"type": "integer", "description": "Most items running at once; 0 or absent for the default"},
+                    "allow_over_budget": {"type": "boolean", "description": "Submit even when the projected cost exceeds budgets.batch_max_cost"}
                 }, "required": ["title", "items", "subagent_type"]}),
             },
             BatchTool::Status => ToolSpec {
@@ -119,6 +120,8 @@ struct SubmitArgs {
     max_live_items: Option<i64>,
     #[serde(default)]
     max_running_items: Option<i64>,
+    #[serde(default)]
+    allow_over_budget: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -146,6 +149,25 @@ pub(crate) async fn run_batch_tool(
         BatchTool::Status => status(runtime, run, call).await,
         BatchTool::Cancel => cancel(runtime, run, call).await,
     }
+}
+
+/// Submits a lead's `batch_task` call before its AI message is recorded. Once the batch
+/// holds the items, the call's `items` argument becomes `{"batch_id", "total_items"}`, so
+/// the items are stored once (in the batch) instead of again in the thread's messages,
+/// its run events and its stream frames. A refused call keeps its arguments.
+pub(crate) async fn submit_call(
+    runtime: &Runtime,
+    run: &RunContext,
+    call: &mut ToolCall,
+) -> ToolMessage {
+    let outcome = submit(runtime, run, call).await;
+    if let (Ok(batch), Some(args)) = (&outcome, call.args.as_object_mut()) {
+        args.insert(
+            "items".into(),
+            json!({"batch_id": batch.id, "total_items": batch.total_items}),
+        );
+    }
+    submit_answer(call, outcome)
 }
 
 /// Validates and submits a lead's `batch_task` call; the batch stored (new or by an
@@ -303,6 +325,9 @@ pub async fn submit_batch(
             "title must have at most {TITLE_MAX_CHARS} characters, got {title_chars}"
         )));
     }
+    if !args.allow_over_budget.unwrap_or(false) {
+        over_budget(runtime, &by.user_id, &definition.name, items.len()).await?;
+    }
     let model_name =
         runtime.model_name(Some(definition.model.as_deref().unwrap_or(&by.model_name)));
     let spec = ExecutionSpec::new(
@@ -345,6 +370,41 @@ pub async fn submit_batch(
             "Batch submission failed: {error}"
         ))),
     }
+}
+
+/// Refuses a batch whose projected cost exceeds `budgets.batch_max_cost`: `items` at the
+/// mean cost of one item of the user's earlier batches of `subagent_type`
+/// (docs/usage-and-cost.md#budgets). Without such history there is no projection to refuse.
+async fn over_budget(
+    runtime: &Runtime,
+    user_id: &str,
+    subagent_type: &str,
+    items: usize,
+) -> Result<(), SubmitError> {
+    let Some(budgets) = runtime.budgets() else {
+        return Ok(());
+    };
+    let Some(limit) = budgets.config.limit(crate::budget::BudgetScope::Batch) else {
+        return Ok(());
+    };
+    let per_item = match budgets.history.item_cost(user_id, subagent_type).await {
+        Ok(Some(cost)) => cost,
+        Ok(None) => return Ok(()),
+        Err(error) => {
+            return Err(SubmitError::Store(format!(
+                "Batch submission failed: the batch budget cannot be checked: {error}"
+            )));
+        }
+    };
+    let projected = subflow_contracts::cost::round6(per_item * items as f64);
+    if projected > limit {
+        let currency = budgets.currency();
+        return Err(SubmitError::Invalid(format!(
+            "Batch submission failed: projected cost {projected} {currency} ({items} items at {} {currency} each) exceeds budgets.batch_max_cost ({limit} {currency}); pass allow_over_budget to submit it anyway",
+            subflow_contracts::cost::round6(per_item)
+        )));
+    }
+    Ok(())
 }
 
 /// A limit as given: absent or 0 is `default`, else it must be 1–`ceiling`.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use serde_json::Value;
 use subflow_contracts::messages::{AiMessage, Message};
 
+use crate::budget::{BudgetEvent, SharedSpend};
 use crate::guards::{
     BUDGET_WARNING_NAME, BudgetCheck, Detection, LoopDetectionConfig, LoopDetector, TokenBudget,
     TokenBudgetConfig, WarningQueue, hard_stop, loop_event_content,
@@ -19,6 +20,8 @@ pub(crate) enum GuardStop {
     Loop,
     /// Token budget hard stop (`token_capped`).
     Token,
+    /// Money budget hard stop (`token_capped`, `budget_kind: "cost"`).
+    Cost,
 }
 
 /// The loop detector a [`Guards`] checks with.
@@ -48,6 +51,7 @@ impl Detector {
 pub(crate) struct Guards {
     detector: Option<Detector>,
     budget: Option<TokenBudget>,
+    money: Option<Arc<SharedSpend>>,
     loop_warnings: WarningQueue,
     budget_warnings: WarningQueue,
     is_subagent: bool,
@@ -89,12 +93,19 @@ impl Guards {
         Guards {
             detector,
             budget: budget.enabled.then(|| TokenBudget::new(budget.clone())),
+            money: None,
             loop_warnings: WarningQueue::loop_warnings(),
             budget_warnings: WarningQueue::new(BUDGET_WARNING_NAME),
             is_subagent: agent_id.is_some(),
             agent_id: agent_id.map(str::to_owned),
             metrics,
         }
+    }
+
+    /// Charges every priced call to `money` (a run's, or a batch item's, spend).
+    pub fn with_money(mut self, money: Option<Arc<SharedSpend>>) -> Self {
+        self.money = money;
+        self
     }
 
     /// Warnings queued since the last model call, as trailing human messages.
@@ -110,13 +121,30 @@ impl Guards {
 
     /// Checks one model response. Returns the response to keep (rewritten on a hard
     /// stop) and which guard stopped the loop, if one did. Loop-detection transitions are
-    /// handed to `record` as `middleware:loop_detection` content.
+    /// handed to `record` as `middleware:loop_detection` content, money budget crossings
+    /// to `crossed`.
     pub fn after_model(
         &mut self,
         thread_key: &str,
         ai: AiMessage,
         record: impl Fn(Value),
+        crossed: impl FnOnce(Vec<BudgetEvent>),
     ) -> (AiMessage, Option<GuardStop>) {
+        let mut money_stop = None;
+        if let (Some(money), Some(usage)) = (&self.money, &ai.usage_metadata) {
+            let model = ai
+                .response_metadata
+                .get("model_name")
+                .and_then(Value::as_str);
+            let charged = money.charge(model, usage);
+            for (scope, ratio) in &charged.ratios {
+                self.metrics.budget_spent(scope.as_str(), *ratio);
+            }
+            if !charged.events.is_empty() {
+                crossed(charged.events);
+            }
+            money_stop = charged.stop;
+        }
         if let (Some(budget), Some(usage)) = (self.budget.as_mut(), ai.usage_metadata) {
             match budget.observe(usage.input_tokens, usage.output_tokens) {
                 BudgetCheck::None => {}
@@ -125,6 +153,9 @@ impl Guards {
                     return (hard_stop(&ai, &text), Some(GuardStop::Token));
                 }
             }
+        }
+        if let Some(text) = money_stop {
+            return (hard_stop(&ai, &text), Some(GuardStop::Cost));
         }
         let Some(detector) = self.detector.as_mut().filter(|_| !ai.tool_calls.is_empty()) else {
             return (ai, None);

@@ -13,6 +13,9 @@ use subflow_store::buffer::EventBuffer;
 use crate::metrics::{NoMetrics, RuntimeMetrics, TokenCount};
 use crate::usage::{UsageLedger, UsageRecord};
 
+/// The event type of a money budget crossing (docs/usage-and-cost.md#budgets).
+pub const BUDGET_EVENT_TYPE: &str = "middleware:budget";
+
 /// The recorder of one run.
 #[derive(Debug)]
 pub struct Journal {
@@ -171,6 +174,17 @@ impl Journal {
     pub fn loop_detection(&self, content: Value) {
         self.record(
             &MiddlewareTag::LoopDetection.event_type(),
+            EventCategory::Middleware,
+            content,
+            Map::new(),
+        );
+    }
+
+    /// A `middleware:budget` event (docs/usage-and-cost.md#budgets), subflow's own tag;
+    /// failures are swallowed (logged).
+    pub fn budget(&self, content: Value) {
+        self.record(
+            BUDGET_EVENT_TYPE,
             EventCategory::Middleware,
             content,
             Map::new(),

@@ -1,6 +1,7 @@
 //! The lead agent loop: model call, `task` limits, tool execution with parallel
 //! delegation, lead-side usage attribution (docs/events.md#attribution), checkpoints after every step.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime};
 
@@ -13,7 +14,7 @@ use subflow_models::{ChatRequest, assemble};
 use subflow_store::NewCheckpoint;
 use uuid::Uuid;
 
-use crate::batch::{BatchTool, run_batch_tool};
+use crate::batch::{BatchTool, run_batch_tool, submit_call};
 use crate::guarded::{GuardStop, Guards};
 use crate::output::RunOutput;
 use crate::runtime::{RunContext, Runtime};
@@ -149,17 +150,25 @@ impl Lead<'_> {
                 }
                 _ => {}
             }
-            let journal = &self.run.journal;
-            let (mut ai, stopped) = self.guards.after_model(&self.run.thread_id, ai, |content| {
-                journal.loop_detection(content)
-            });
+            let run = self.run;
+            let (mut ai, stopped) = self.guards.after_model(
+                &self.run.thread_id,
+                ai,
+                |content| run.journal.loop_detection(content),
+                |crossed| run.report_budget(crossed),
+            );
             if let Some(stop) = stopped {
                 self.stop_reason = Some(match stop {
                     GuardStop::Loop => RunStopReason::LoopCapped,
-                    GuardStop::Token => RunStopReason::TokenCapped,
+                    GuardStop::Token | GuardStop::Cost => RunStopReason::TokenCapped,
                 });
             }
             self.apply_task_limits(&mut ai);
+            let submitted = if stopped.is_none() {
+                self.submit_batches(&mut ai).await
+            } else {
+                HashMap::new()
+            };
             self.run
                 .journal
                 .ai_response("lead_agent", &ai, latency_ms, record.as_ref());
@@ -173,7 +182,7 @@ impl Lead<'_> {
             if calls.is_empty() || stopped.is_some() {
                 return LeadEnd::Finished;
             }
-            let results = self.run_tools(&calls).await;
+            let results = self.run_tools(&calls, &submitted).await;
             let cancelled = results.iter().any(Option::is_none);
             let mut tools = Vec::with_capacity(results.len());
             for mut tool in results.into_iter().flatten() {
@@ -225,11 +234,27 @@ impl Lead<'_> {
         }
     }
 
-    /// Runs one response's tool calls concurrently, each by the table's implementation.
-    /// Results keep the call order; `None` marks a task ended by parent cancellation.
+    /// Submits this response's `batch_task` calls before the message is recorded, so
+    /// its history keeps each stored batch's id in place of the items
+    /// (docs/batches.md#tools); the answers by call id.
+    async fn submit_batches(&self, ai: &mut AiMessage) -> HashMap<String, ToolMessage> {
+        let mut answers = HashMap::new();
+        for call in &mut ai.tool_calls {
+            if self.tools.kind(&call.name) == Some(ToolKind::Batch(BatchTool::Submit)) {
+                let answer = submit_call(self.runtime, self.run, call).await;
+                answers.insert(call.id.clone(), answer);
+            }
+        }
+        answers
+    }
+
+    /// Runs one response's tool calls concurrently, each by the table's implementation;
+    /// a `batch_task` call already submitted gets its answer. Results keep the call
+    /// order; `None` marks a task ended by parent cancellation.
     async fn run_tools(
         &self,
         calls: &[subflow_contracts::messages::ToolCall],
+        submitted: &HashMap<String, ToolMessage>,
     ) -> Vec<Option<ToolMessage>> {
         let runtime = self.runtime;
         let run = self.run;
@@ -240,6 +265,9 @@ impl Lead<'_> {
                 Some(ToolKind::Task) => {
                     let link = run.trace.as_ref().map(|t| t.link_to(span_id));
                     run_task(runtime, run, call, link).await
+                }
+                Some(ToolKind::Batch(_)) if submitted.contains_key(&call.id) => {
+                    submitted.get(&call.id).cloned()
                 }
                 Some(ToolKind::Batch(tool)) => {
                     Some(run_batch_tool(runtime, run, tool, call, true).await)

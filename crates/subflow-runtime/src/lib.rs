@@ -50,6 +50,7 @@
 
 pub mod admission;
 pub mod batch;
+pub mod budget;
 mod guarded;
 pub mod guards;
 pub mod journal;

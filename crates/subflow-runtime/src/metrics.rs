@@ -23,6 +23,9 @@ pub trait RuntimeMetrics: Send + Sync + fmt::Debug {
     fn run_finished(&self, _status: RunStatus, _duration: Duration) {}
     /// Loop detection warned or stopped (`action` is `warn` or `hard_stop`).
     fn loop_detection(&self, _layer: &str, _action: &str, _is_subagent: bool) {}
+    /// A money budget's spend over its limit after a priced call (`scope` is `run`,
+    /// `thread`, `user_daily` or `batch`).
+    fn budget_spent(&self, _scope: &str, _ratio: f64) {}
 }
 
 /// The metrics of a runtime nobody scrapes.
@@ -81,6 +84,7 @@ mod tests {
             output_tokens: 4,
             total_tokens: 14,
             cache_read_tokens: Some(6),
+            cache_write_tokens: None,
         }
     }
 

@@ -165,6 +165,18 @@ impl Runtime {
         let subagent_buffer = self.buffer(&scope, BufferPolicy::subagent(config.flush_interval));
         sink.barrier().register(journal_buffer.clone());
         sink.barrier().register(subagent_buffer.clone());
+        let (spend, currency) = match &self.budgets {
+            Some(budgets) => {
+                let spend = budgets
+                    .for_run(&user_id, &spec.thread_id, &spec.run_id)
+                    .await;
+                (
+                    crate::budget::SharedSpend::new(budgets.clone(), spend),
+                    budgets.currency(),
+                )
+            }
+            None => (None, String::new()),
+        };
         let run = Arc::new(RunContext {
             thread_id: spec.thread_id.clone(),
             run_id: spec.run_id.clone(),
@@ -187,6 +199,11 @@ impl Runtime {
             trace,
             store_fault: StoreFault::default(),
             lease_owner: spec.lease_owner.clone(),
+            budget_notices: spend
+                .as_ref()
+                .map(|_| RunContext::budget_queue(&self.observers)),
+            spend,
+            currency,
         });
         let observed = run
             .observers
@@ -245,7 +262,8 @@ impl Runtime {
                 self.lead_loops.clone(),
                 &config.token_budget,
                 self.metrics.clone(),
-            ),
+            )
+            .with_money(run.spend.clone()),
             messages: history,
             title,
             stop_reason: None,

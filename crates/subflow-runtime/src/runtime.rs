@@ -187,6 +187,7 @@ impl RuntimeOptions {
             spans: None,
             environment: None,
             metrics: Arc::new(NoMetrics),
+            budgets: None,
         };
         match self.spans {
             Some((sink, environment)) => runtime.with_spans(sink, environment),
@@ -212,9 +213,23 @@ pub struct Runtime {
     /// kept per thread across runs, the least recently used thread evicted past
     /// `loop_detection.max_tracked_threads` (docs/events.md#loop-detection). `None` when disabled.
     pub(crate) lead_loops: Option<Arc<Mutex<LoopDetector>>>,
+    /// The money budgets runs and batch items are held to, when any is set.
+    pub(crate) budgets: Option<Arc<crate::budget::Budgets>>,
 }
 
 impl Runtime {
+    /// Holds runs and batch items to `budgets` (docs/usage-and-cost.md#budgets); a
+    /// configuration that limits nothing holds nothing.
+    pub fn with_budgets(mut self, budgets: crate::budget::Budgets) -> Self {
+        self.budgets = budgets.config.any().then(|| Arc::new(budgets));
+        self
+    }
+
+    /// The money budgets in force, if any.
+    pub fn budgets(&self) -> Option<&Arc<crate::budget::Budgets>> {
+        self.budgets.as_ref()
+    }
+
     /// Records a trace per run and per subagent execution into `sink` (docs/operations.md#langfuse-and-otlp);
     /// `environment` is the `env:` tag (`tracing.environment`).
     pub fn with_spans(mut self, sink: Arc<dyn SpanSink>, environment: Option<String>) -> Self {
@@ -317,6 +332,49 @@ pub struct RunContext {
     pub(crate) store_fault: StoreFault,
     /// The run lease's owner its writes are fenced by.
     pub(crate) lease_owner: Option<String>,
+    /// What the run has spent against its money budgets, when any is set.
+    pub(crate) spend: Option<Arc<crate::budget::SharedSpend>>,
+    /// The pricing currency of budget notices.
+    pub(crate) currency: String,
+    /// Where budget notices queue for the observers, delivered in order by one task.
+    pub(crate) budget_notices:
+        Option<tokio::sync::mpsc::UnboundedSender<crate::observers::BudgetNotice>>,
+}
+
+impl RunContext {
+    /// Records money budget crossings as `middleware:budget` events and queues a notice
+    /// of each for the observers and webhooks, which hear them in order.
+    pub(crate) fn report_budget(&self, events: Vec<crate::budget::BudgetEvent>) {
+        for event in events {
+            self.journal.budget(event.content());
+            let notice = crate::observers::BudgetNotice {
+                run_id: self.run_id.clone(),
+                thread_id: self.thread_id.clone(),
+                user_id: self.user_id.clone(),
+                batch_id: None,
+                currency: self.currency.clone(),
+                event,
+            };
+            if let Some(notices) = &self.budget_notices {
+                let _ = notices.send(notice);
+            }
+        }
+    }
+
+    /// A queue of budget notices and the task that tells `observers` of each in turn;
+    /// the task ends once the queue's sender is dropped with the run.
+    pub(crate) fn budget_queue(
+        observers: &ObserverSet,
+    ) -> tokio::sync::mpsc::UnboundedSender<crate::observers::BudgetNotice> {
+        let (sender, mut queue) = tokio::sync::mpsc::unbounded_channel();
+        let observers = observers.clone();
+        tokio::spawn(async move {
+            while let Some(notice) = queue.recv().await {
+                observers.notify_budget(&notice).await;
+            }
+        });
+        sender
+    }
 }
 
 /// The first write of a run that the store refused: a run that lost writes ends `error`

@@ -408,17 +408,24 @@ impl AgentTrace {
                     ));
                 }
                 if let Some(usage) = &ai.usage_metadata {
-                    // Input is reported uncached, beside the cache reads, so that
-                    // Langfuse prices each at its own rate and never twice.
-                    let cache_read = usage.input_token_details.cache_read.min(usage.input_tokens);
-                    let uncached = usage.input_tokens - cache_read;
+                    // Input is reported uncached, beside the cache reads and writes, so
+                    // that Langfuse prices each at its own rate and never twice; the
+                    // counts are clamped as the price function clamps them.
+                    let details = &usage.input_token_details;
+                    let cache_read = details.cache_read.min(usage.input_tokens);
+                    let cache_write = details.cache_creation.min(usage.input_tokens - cache_read);
+                    let uncached = usage.input_tokens - cache_read - cache_write;
                     extra.push(int("gen_ai.usage.input_tokens", uncached));
                     extra.push(int("gen_ai.usage.output_tokens", usage.output_tokens));
                     extra.push(int("gen_ai.usage.cache_read.input_tokens", cache_read));
+                    let mut usage_details = json!({"input": uncached, "output": usage.output_tokens, "input_cache_read": cache_read});
+                    if cache_write > 0 {
+                        extra.push(int("gen_ai.usage.cache_creation.input_tokens", cache_write));
+                        usage_details["input_cache_creation"] = json!(cache_write);
+                    }
                     extra.push(string(
                         "langfuse.observation.usage_details",
-                        json!({"input": uncached, "output": usage.output_tokens, "input_cache_read": cache_read})
-                            .to_string(),
+                        usage_details.to_string(),
                     ));
                 }
                 SpanStatus::Unset
@@ -535,6 +542,77 @@ mod tests {
         assert_eq!(
             TraceOverrides::from_metadata(single.as_object().unwrap()).tags,
             Some(vec!["solo".into()])
+        );
+    }
+
+    /// Keeps every span exported to it.
+    #[derive(Debug, Default)]
+    struct Kept(std::sync::Mutex<Vec<SpanData>>);
+
+    impl SpanSink for Kept {
+        fn export(&self, span: SpanData) {
+            self.0.lock().unwrap().push(span);
+        }
+    }
+
+    #[test]
+    fn a_chat_span_reports_input_uncached_beside_its_cache_reads_and_writes() {
+        use subflow_contracts::messages::{InputTokenDetails, UsageMetadata};
+        let kept = Arc::new(Kept::default());
+        let identity = TraceIdentity {
+            session_id: "t".into(),
+            user_id: "u".into(),
+            trace_name: "lead_agent".into(),
+            tags: Vec::new(),
+            metadata: Vec::new(),
+            conversation_id: "t".into(),
+        };
+        let trace = AgentTrace::start(kept.clone(), &identity, "lead_agent", None, None);
+        let ai = AiMessage {
+            usage_metadata: Some(UsageMetadata {
+                input_tokens: 2112,
+                output_tokens: 25,
+                total_tokens: 2137,
+                input_token_details: InputTokenDetails {
+                    cache_read: 2000,
+                    cache_creation: 100,
+                },
+            }),
+            ..AiMessage::default()
+        };
+        trace.chat(&ChatCall {
+            provider: "anthropic",
+            request_model: "claude",
+            started: SystemTime::now(),
+            answer: Ok(&ai),
+        });
+        let spans = kept.0.lock().unwrap();
+        let value = |key: &str| {
+            spans[0]
+                .attributes
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(
+            value("gen_ai.usage.input_tokens"),
+            Some(AttributeValue::Int(12))
+        );
+        assert_eq!(
+            value("gen_ai.usage.cache_read.input_tokens"),
+            Some(AttributeValue::Int(2000))
+        );
+        assert_eq!(
+            value("gen_ai.usage.cache_creation.input_tokens"),
+            Some(AttributeValue::Int(100))
+        );
+        let Some(AttributeValue::String(details)) = value("langfuse.observation.usage_details")
+        else {
+            panic!("usage details are a string");
+        };
+        assert_eq!(
+            serde_json::from_str::<Value>(&details).unwrap(),
+            json!({"input": 12, "output": 25, "input_cache_read": 2000, "input_cache_creation": 100})
         );
     }
 

@@ -25,6 +25,8 @@ pub struct UsageRecord {
     pub total_tokens: u64,
     /// Cached input tokens, only when > 0.
     pub cache_read_tokens: Option<u64>,
+    /// Input tokens written to the cache, only when > 0.
+    pub cache_write_tokens: Option<u64>,
 }
 
 impl UsageRecord {
@@ -48,6 +50,7 @@ impl UsageRecord {
             output_tokens: usage.output_tokens,
             total_tokens: total,
             cache_read_tokens: Some(usage.input_token_details.cache_read).filter(|c| *c > 0),
+            cache_write_tokens: Some(usage.input_token_details.cache_creation).filter(|c| *c > 0),
         })
     }
 }
@@ -107,6 +110,8 @@ impl Collector {
                     input_tokens: sum.input_tokens + r.input_tokens,
                     output_tokens: sum.output_tokens + r.output_tokens,
                     total_tokens: sum.total_tokens + r.total_tokens,
+                    cache_read_tokens: sum.cache_read_tokens + r.cache_read_tokens.unwrap_or(0),
+                    cache_write_tokens: sum.cache_write_tokens + r.cache_write_tokens.unwrap_or(0),
                 })
         })
     }
@@ -172,6 +177,9 @@ impl UsageLedger {
         if let Some(cached) = record.cache_read_tokens {
             *bucket.cache_read_tokens.get_or_insert(0) += cached as i64;
         }
+        if let Some(written) = record.cache_write_tokens {
+            *bucket.cache_write_tokens.get_or_insert(0) += written as i64;
+        }
         true
     }
 
@@ -194,7 +202,10 @@ mod tests {
             input_tokens: input,
             output_tokens: output,
             total_tokens: total,
-            input_token_details: InputTokenDetails { cache_read },
+            input_token_details: InputTokenDetails {
+                cache_read,
+                cache_creation: 0,
+            },
         }
     }
 
@@ -226,7 +237,9 @@ mod tests {
             Some(TokenUsage {
                 input_tokens: 30,
                 output_tokens: 5,
-                total_tokens: 35
+                total_tokens: 35,
+                cache_read_tokens: 8,
+                cache_write_tokens: 0,
             })
         );
     }

@@ -174,6 +174,17 @@ impl BatchStore for PostgresStore {
             .await
     }
 
+    async fn mark_budget(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        level: u32,
+        pause: bool,
+    ) -> Result<Option<(BatchRecord, u32)>> {
+        self.transact(async |rows| shared::mark_budget(rows, scope, batch_id, level, pause).await)
+            .await
+    }
+
     async fn resume_batch(
         &self,
         scope: &BatchScope,

@@ -204,6 +204,20 @@ impl BatchStore for SqliteStore {
         .await
     }
 
+    async fn mark_budget(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        level: u32,
+        pause: bool,
+    ) -> Result<Option<(BatchRecord, u32)>> {
+        let (scope, batch_id) = (scope.clone(), batch_id.to_owned());
+        self.transact(async move |rows| {
+            shared::mark_budget(rows, &scope, &batch_id, level, pause).await
+        })
+        .await
+    }
+
     async fn resume_batch(
         &self,
         scope: &BatchScope,

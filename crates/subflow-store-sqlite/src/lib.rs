@@ -82,6 +82,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("../migrations/0008_task_cancels_and_runs_by_owner.sql"),
     include_str!("../migrations/0009_item_retries.sql"),
     include_str!("../migrations/0010_run_ends.sql"),
+    include_str!("../migrations/0011_batch_budgets.sql"),
 ];
 
 /// How long a connection waits for a lock held by another process.

@@ -78,6 +78,9 @@ pub const DRAINED_STALE_EXECUTION: &str =
 /// The `error` of a claim released because the attempt's outcome could not be stored
 /// (docs/batches.md#running-an-item).
 pub const OUTCOME_UNSTORED: &str = "Worker could not store the attempt's outcome; running it again";
+/// The `error` of a claim released because the item could not be marked `running`
+/// (docs/batches.md#running-an-item).
+pub const START_UNSTORED: &str = "Worker could not mark the item running; running it again";
 
 /// A new batch id: `subagent-batch-` + 32 hex digits.
 pub fn new_batch_id() -> String {
@@ -118,6 +121,11 @@ pub struct BatchRecord {
     pub completed_at: Option<String>,
     /// Items per status.
     pub counts: BatchCounts,
+    /// Why a `paused` batch is paused: `budget` when its `batch_max_cost` was reached;
+    /// `None` when paused by hand, and once resumed.
+    pub pause_reason: Option<String>,
+    /// Hidden: how many of the budget's warn fractions (then its limit) were reported.
+    pub budget_level: u32,
     /// Hidden: the owning user.
     pub user_id: String,
     /// Hidden: the lead run that submitted it.
@@ -372,6 +380,8 @@ impl NewBatch {
                 pending: items.len() as u64,
                 ..BatchCounts::default()
             },
+            pause_reason: None,
+            budget_level: 0,
             user_id: self.user_id,
             run_id: self.run_id,
             tool_call_id: self.tool_call_id,
@@ -714,6 +724,9 @@ pub enum ReleaseReason {
     /// The attempt's outcome write failed twice: the item runs again now rather than
     /// after its lease.
     OutcomeUnstored,
+    /// Marking the item `running` failed (the store took no writes): the item runs again
+    /// now rather than after its lease.
+    StartUnstored,
 }
 
 impl ReleaseReason {
@@ -724,6 +737,7 @@ impl ReleaseReason {
             ReleaseReason::ShutdownBeforeAdmission => STOPPED_BEFORE_ADMISSION,
             ReleaseReason::StaleExecutionDrained => DRAINED_STALE_EXECUTION,
             ReleaseReason::OutcomeUnstored => OUTCOME_UNSTORED,
+            ReleaseReason::StartUnstored => START_UNSTORED,
         }
     }
 }
@@ -885,6 +899,19 @@ pub trait BatchStore: Send + Sync + fmt::Debug {
     /// Pauses a `queued` or `running` batch; any other status is left as it is. `None`
     /// when the batch is not in the scope.
     async fn pause_batch(&self, scope: &BatchScope, batch_id: &str) -> Result<Option<BatchRecord>>;
+
+    /// Records how far the batch's spend went against its money budget: `level` warn
+    /// fractions crossed (one more once the limit is reached) is kept when above the
+    /// stored level, and `pause` pauses a `queued` or `running` batch with
+    /// `pause_reason` `budget`. Returns the batch and the level stored before, so one
+    /// caller reports each crossing; `None` when the batch is not in the scope.
+    async fn mark_budget(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        level: u32,
+        pause: bool,
+    ) -> Result<Option<(BatchRecord, u32)>>;
 
     /// Resumes a `paused` batch to `queued`; any other status is left as it is.
     async fn resume_batch(&self, scope: &BatchScope, batch_id: &str)

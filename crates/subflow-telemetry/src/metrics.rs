@@ -64,6 +64,7 @@ pub struct Metrics {
     sse_streams: Gauge,
     http_requests: Family<Labels<3>, Counter>,
     lease_expirations: Counter,
+    budget_spent: Family<Labels<1>, Gauge<f64, AtomicU64>>,
     batch_gauges: Arc<Mutex<BatchGaugeSnapshot>>,
 }
 
@@ -165,6 +166,12 @@ impl Metrics {
             "Batch item leases this process's worker found expired and recovered",
             lease_expirations.clone(),
         );
+        let budget_spent = Family::default();
+        registry.register(
+            "subflow_budget_spent_ratio",
+            "Spend over limit of the money budget last charged, by scope (run, thread, user_daily, batch)",
+            budget_spent.clone(),
+        );
         registry.register_collector(Box::new(ScrapedCounts { store, observers }));
         let batch_gauges = Arc::new(Mutex::new(BatchGaugeSnapshot::default()));
         registry.register_collector(Box::new(BatchGauges(batch_gauges.clone())));
@@ -181,6 +188,7 @@ impl Metrics {
             sse_streams,
             http_requests,
             lease_expirations,
+            budget_spent,
             batch_gauges,
         }
     }
@@ -257,6 +265,12 @@ impl Metrics {
 }
 
 impl RuntimeMetrics for Metrics {
+    fn budget_spent(&self, scope: &str, ratio: f64) {
+        self.budget_spent
+            .get_or_create(&[("scope", scope.to_owned())])
+            .set(ratio);
+    }
+
     fn tokens(&self, usage: &TokenCount<'_>) {
         for (kind, count) in [
             ("input", usage.input),

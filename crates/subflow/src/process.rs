@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use subflow_gateway::WorkerOptions;
+use subflow_gateway::usage::{ModelFacts, Price};
 use subflow_models::ChatModel;
 use subflow_runtime::observers::ObserverSet;
 use subflow_runtime::runtime::RuntimeOptions;
@@ -41,6 +42,30 @@ pub fn worker_options(config: &Config) -> WorkerOptions {
         max_result_chars: batches.max_result_chars,
         result_preview_max_chars: batches.result_preview_max_chars,
     }
+}
+
+/// Context windows and prices for `/token-usage` and `subflow_cost_total`, the lead's
+/// model first.
+pub fn model_facts(config: &Config) -> Vec<ModelFacts> {
+    let lead = config.lead_model().name.clone();
+    let mut facts: Vec<ModelFacts> = config
+        .models
+        .iter()
+        .map(|m| ModelFacts {
+            name: m.name.clone(),
+            model: m.model_id().to_owned(),
+            context_window: m.context_window,
+            pricing: m.pricing.as_ref().map(|p| Price {
+                currency: p.currency.clone(),
+                input_per_million: p.input_per_million,
+                output_per_million: p.output_per_million,
+                input_cache_hit_per_million: p.input_cache_hit_per_million,
+                input_cache_write_per_million: p.input_cache_write_per_million,
+            }),
+        })
+        .collect();
+    facts.sort_by_key(|f| f.name != lead);
+    facts
 }
 
 /// This machine's name for lease owners and the workers table: `$HOSTNAME`, else the

@@ -75,6 +75,26 @@ test("controls follow the status, and read-only mode disables all but Export", (
   assert.deepEqual(batches.retryControl({ status: "succeeded" }, false), { shown: false, enabled: false });
 });
 
+test("a money budget reads as spend of limit, and says when it paused a batch", () => {
+  assert.equal(batches.budgetText(null), null);
+  assert.equal(
+    batches.budgetText({ scope: "thread", limit: 5, spent: 0.42, currency: "USD" }),
+    "thread budget $0.42 of $5.00 (8%)",
+  );
+  assert.equal(
+    batches.budgetText({ scope: "user_daily", limit: 20, spent: 19.5, currency: "EUR" }),
+    "today's budget €19.50 of €20.00 (97%)",
+  );
+  assert.equal(
+    batches.budgetText({ scope: "batch", limit: 0.001, spent: 0.0012, currency: "USD" }, "budget"),
+    "batch budget $0.0012 of $0.001 (120%) · paused at its budget",
+  );
+  assert.equal(
+    batches.budgetText({ scope: "batch", limit: 1, spent: 0.5, currency: "USD" }, null),
+    "batch budget $0.50 of $1.00 (50%)",
+  );
+});
+
 test("the footer's batch spend stays apart from the totals", () => {
   assert.equal(batches.batchSpendText({ items: 0, total_tokens: 0, cost: null }), null);
   assert.equal(batches.batchSpendText(undefined), null);

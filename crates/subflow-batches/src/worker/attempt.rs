@@ -1,13 +1,17 @@
 //! One claimed attempt of an item, from its claim to its outcome write (docs/batches.md#item-states, docs/batches.md#leases-and-fencing, docs/batches.md#running-an-item): admission through the controller `task` shares, `leased` → `running`,
 //! the subagent rebuilt from the batch's `execution_spec` and run after the
 //! at-least-once preamble, the lease renewed all along, and the outcome written once
-//! the execution ends (retried once), with nothing written when the worker stopped it.
+//! the execution ends (retried once, then handed back with backoff while the store takes
+//! no writes), with nothing written when the worker stopped it.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use subflow_contracts::SubagentStatus;
+use subflow_runtime::budget::BudgetScope;
 use subflow_runtime::subagent::{ExecutionReport, ExecutionSpec};
+use subflow_store::batches::{ActivityQuery, BatchActivity, BatchScope};
 use subflow_store::{
     AttemptOutcome, ClaimedItem, ItemFailure, ItemLease, ItemSuccess, ReleaseReason, Renewal,
 };
@@ -60,8 +64,10 @@ enum Outcome {
     NotAdmitted,
     /// The admission controller refused it or timed out.
     Rejected(String),
-    /// `leased` → `running` was refused (lease gone or cancel requested) or failed.
+    /// `leased` → `running` was refused: the lease is gone or a cancel was requested.
     NotStarted,
+    /// `leased` → `running` could not be written.
+    StartUnstored,
     /// The execution ran to its end.
     Ran(ExecutionReport),
 }
@@ -88,7 +94,18 @@ impl Attempt {
             () = self.renew(&lease) => work.await,
         };
         counted.execution_ended();
+        if let Outcome::Ran(ExecutionReport {
+            model_name,
+            usage: Some(usage),
+            ..
+        }) = &outcome
+        {
+            self.shared.metrics.execution_usage(model_name, usage);
+        }
         let end = self.settle(&lease, outcome).await;
+        if matches!(end, AttemptEnd::Finished(_)) {
+            self.check_budget().await;
+        }
         let item = &self.claimed.item;
         tracing::info!(
             batch_id = %item.batch_id,
@@ -117,7 +134,7 @@ impl Attempt {
             },
         };
         let (batch, item) = (&self.claimed.batch, &self.claimed.item);
-        let execution = spec.execution(
+        let mut execution = spec.execution(
             item_prompt(&item.item_key, &item.prompt),
             format!("{}:{}", item.id, item.attempt),
             format!("batch item {}", item.item_key),
@@ -126,12 +143,74 @@ impl Attempt {
                 ("item_key".to_owned(), item.item_key.clone()),
             ],
         );
+        execution.batch_spent = self.batch_spent().await;
         let report = self
             .shared
             .runtime
             .execute_detached(execution, self.stopper.cancel.clone())
             .await;
         Outcome::Ran(report)
+    }
+
+    /// What the batch's items have spent, when `budgets.batch_max_cost` is set; `None`
+    /// without one, or when the store cannot say (logged).
+    async fn batch_spent(&self) -> Option<f64> {
+        let budgets = self.shared.runtime.budgets()?;
+        budgets.config.limit(BudgetScope::Batch)?;
+        let batch = &self.claimed.batch;
+        let scope = BatchScope::thread(&batch.user_id, &batch.thread_id);
+        let query = ActivityQuery {
+            batch_ids: Some(vec![batch.id.clone()]),
+            completed_since: subflow_store::now_rfc3339(),
+        };
+        match self.shared.store.batch_activity(&scope, &query).await {
+            Ok(found) => Some(BatchActivity::find(&found, &batch.id).spent(&budgets.models)),
+            Err(error) => {
+                tracing::warn!(%error, batch_id = %batch.id, "reading the batch's spend failed");
+                None
+            }
+        }
+    }
+
+    /// After an outcome is stored: records how far the batch's spend went against its
+    /// budget, pausing it at the limit, and reports each crossing once.
+    async fn check_budget(&self) {
+        let Some(spent) = self.batch_spent().await else {
+            return;
+        };
+        let Some(budgets) = self.shared.runtime.budgets().cloned() else {
+            return;
+        };
+        let batch = &self.claimed.batch;
+        let level = budgets.config.level(BudgetScope::Batch, spent);
+        let reached = budgets
+            .config
+            .limit(BudgetScope::Batch)
+            .is_some_and(|limit| spent >= limit);
+        let scope = BatchScope::thread(&batch.user_id, &batch.thread_id);
+        let previous = match self
+            .shared
+            .store
+            .mark_budget(&scope, &batch.id, level, reached)
+            .await
+        {
+            Ok(Some((_, previous))) => previous,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(%error, batch_id = %batch.id, "recording the batch's budget failed");
+                return;
+            }
+        };
+        let events = budgets
+            .config
+            .crossings(BudgetScope::Batch, spent, previous, level);
+        if reached && previous < level {
+            tracing::warn!(batch_id = %batch.id, spent, "batch paused: its budget is spent");
+        }
+        self.shared
+            .runtime
+            .report_batch_budget((&batch.user_id, &batch.thread_id, &batch.id), spent, events)
+            .await;
     }
 
     /// Waits for an admission slot, then moves the item `leased` → `running`.
@@ -147,8 +226,8 @@ impl Attempt {
             Ok(true) => Ok(slot),
             Ok(false) => Err(Outcome::NotStarted),
             Err(error) => {
-                tracing::warn!(%error, item_id = %lease.item_id, "marking a batch item running failed");
-                Err(Outcome::NotStarted)
+                tracing::warn!(%error, item_id = %lease.item_id, "marking a batch item running failed; handing it back");
+                Err(Outcome::StartUnstored)
             }
         }
     }
@@ -196,6 +275,10 @@ impl Attempt {
         match outcome {
             Outcome::Unusable(error) => self.fail(lease, error, None).await,
             Outcome::NotAdmitted | Outcome::NotStarted => AttemptEnd::Stopped,
+            Outcome::StartUnstored => {
+                self.until_stored(|| self.release(lease, ReleaseReason::StartUnstored))
+                    .await
+            }
             Outcome::Rejected(reason) => {
                 self.release(lease, ReleaseReason::AdmissionRejected(reason))
                     .await
@@ -244,19 +327,31 @@ impl Attempt {
     }
 
     /// Writes the attempt's outcome; when that failed twice, hands the claim back at once
-    /// so the item runs again now instead of after its lease. When the release fails too
-    /// (the store takes no writes: a full disk, an outage), both are tried again with
-    /// backoff until one lands or a lease has passed, so the item finishes as soon as
-    /// the store is back instead of waiting out its lease.
+    /// so the item runs again now instead of after its lease.
     async fn finish(&self, lease: &ItemLease, outcome: AttemptOutcome) -> AttemptEnd {
+        self.until_stored(|| async {
+            match finished(self.shared.finisher.finish(lease, outcome.clone()).await) {
+                AttemptEnd::WriteFailed => {
+                    self.release(lease, ReleaseReason::OutcomeUnstored).await
+                }
+                end => end,
+            }
+        })
+        .await
+    }
+
+    /// Runs `write` until it lands: when the store takes no writes (a full disk, an
+    /// outage), it is tried again with backoff until a lease has passed, so the item moves
+    /// on as soon as the store is back instead of waiting out its lease.
+    async fn until_stored<F, W>(&self, write: W) -> AttemptEnd
+    where
+        W: Fn() -> F,
+        F: Future<Output = AttemptEnd>,
+    {
         let give_up = Instant::now() + self.shared.lease;
         let mut backoff = FINISH_RETRY_MIN;
         loop {
-            match finished(self.shared.finisher.finish(lease, outcome.clone()).await) {
-                AttemptEnd::WriteFailed => {}
-                end => return end,
-            }
-            match self.release(lease, ReleaseReason::OutcomeUnstored).await {
+            match write().await {
                 AttemptEnd::WriteFailed if Instant::now() < give_up => {}
                 end => return end,
             }
@@ -274,7 +369,7 @@ impl Attempt {
     }
 }
 
-/// The first and the longest pause before an unstored outcome is tried again.
+/// The first and the longest pause before an unstored outcome or release is tried again.
 const FINISH_RETRY_MIN: Duration = Duration::from_millis(250);
 const FINISH_RETRY_MAX: Duration = Duration::from_secs(5);
 

@@ -1,8 +1,9 @@
 //! A batch store that delegates to a real one, with faults a test switches on: claim
-//! passes held at a gate after they ran, and outcome writes that fail.
+//! passes held at a gate after they ran, claims left `leased` by the pass, and outcome,
+//! start and release writes that fail.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -25,6 +26,15 @@ pub struct Faults {
     pub failing_finishes: AtomicU32,
     /// `finish_success` calls seen.
     pub finish_calls: AtomicU32,
+    /// When set, claim passes start nothing `running`: every claim is admitted and
+    /// marked running by its attempt.
+    pub leave_leased: AtomicBool,
+    /// How many `mark_running` calls fail before reaching the store.
+    pub failing_starts: AtomicU32,
+    /// How many `release_claim` calls fail before reaching the store.
+    pub failing_releases: AtomicU32,
+    /// `release_claim` calls seen.
+    pub release_calls: AtomicU32,
 }
 
 impl Faults {
@@ -35,12 +45,23 @@ impl Faults {
             claim_ran: Arc::new(Notify::new()),
             failing_finishes: AtomicU32::new(0),
             finish_calls: AtomicU32::new(0),
+            leave_leased: AtomicBool::new(false),
+            failing_starts: AtomicU32::new(0),
+            failing_releases: AtomicU32::new(0),
+            release_calls: AtomicU32::new(0),
         }
     }
 }
 
 fn injected() -> Error {
     Error::backend(std::io::Error::other("injected write failure"))
+}
+
+/// Takes one from `count` if it is not zero: whether this call fails.
+fn fails(count: &AtomicU32) -> bool {
+    count
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok()
 }
 
 #[async_trait]
@@ -87,6 +108,15 @@ impl BatchStore for Faults {
     async fn pause_batch(&self, scope: &BatchScope, batch_id: &str) -> Result<Option<BatchRecord>> {
         self.inner.pause_batch(scope, batch_id).await
     }
+    async fn mark_budget(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        level: u32,
+        pause: bool,
+    ) -> Result<Option<(BatchRecord, u32)>> {
+        self.inner.mark_budget(scope, batch_id, level, pause).await
+    }
     async fn resume_batch(
         &self,
         scope: &BatchScope,
@@ -110,7 +140,15 @@ impl BatchStore for Faults {
         self.inner.retry_item(scope, batch_id, item_id).await
     }
     async fn claim_pass(&self, request: &ClaimRequest) -> Result<ClaimPass> {
-        let pass = self.inner.claim_pass(request).await;
+        let pass = if self.leave_leased.load(Ordering::SeqCst) {
+            let leased = ClaimRequest {
+                admitted: 0,
+                ..request.clone()
+            };
+            self.inner.claim_pass(&leased).await
+        } else {
+            self.inner.claim_pass(request).await
+        };
         if let Some(gate) = &self.claim_gate {
             self.claim_ran.notify_one();
             gate.acquire().await.unwrap().forget();
@@ -118,6 +156,9 @@ impl BatchStore for Faults {
         pass
     }
     async fn mark_running(&self, lease: &ItemLease) -> Result<bool> {
+        if fails(&self.failing_starts) {
+            return Err(injected());
+        }
         self.inner.mark_running(lease).await
     }
     async fn renew_lease(&self, lease: &ItemLease, ttl: Duration) -> Result<Renewal> {
@@ -140,11 +181,7 @@ impl BatchStore for Faults {
                 continue;
             }
             self.finish_calls.fetch_add(1, Ordering::SeqCst);
-            let fail = self
-                .failing_finishes
-                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-                .is_ok();
-            if fail {
+            if fails(&self.failing_finishes) {
                 return Err(injected());
             }
             statuses.extend(
@@ -160,6 +197,10 @@ impl BatchStore for Faults {
         lease: &ItemLease,
         reason: &ReleaseReason,
     ) -> Result<Option<BatchItemStatus>> {
+        self.release_calls.fetch_add(1, Ordering::SeqCst);
+        if fails(&self.failing_releases) {
+            return Err(injected());
+        }
         self.inner.release_claim(lease, reason).await
     }
     async fn heartbeat(&self, worker: &WorkerHeartbeat) -> Result<()> {

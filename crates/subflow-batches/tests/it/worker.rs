@@ -42,6 +42,7 @@ on_every_backend!(
     shutdown_finalises_nothing_and_hands_back_claims_that_land_during_it,
     a_reclaimed_item_whose_old_execution_still_runs_is_drained_first,
     a_failed_outcome_write_is_retried_once_then_the_claim_is_released,
+    a_claim_that_cannot_be_marked_running_is_handed_back_once_the_store_takes_writes,
     a_running_worker_heartbeats_and_leaves_no_row_when_stopped,
     a_freed_slot_is_refilled_at_once_not_at_the_next_poll,
 );
@@ -386,6 +387,47 @@ async fn a_failed_outcome_write_is_retried_once_then_the_claim_is_released(backe
     worker.wait_idle().await;
     assert_eq!(
         env.items(&batch.id).await[1].status,
+        BatchItemStatus::Succeeded,
+        "it ran again"
+    );
+}
+
+async fn a_claim_that_cannot_be_marked_running_is_handed_back_once_the_store_takes_writes(
+    backend: Backend,
+) {
+    let env = env(backend, json!([]), AdmissionConfig::default()).await;
+    let batch = env.submit(&["Only"], 3, 1).await;
+    let ends = Arc::new(Ends::default());
+    let faults = Arc::new(Faults::new(env.batches()));
+    faults.leave_leased.store(true, Ordering::SeqCst);
+    let store: Arc<dyn BatchStore> = faults.clone();
+    let mut options = Options::new(store, env.runtime.clone(), "test-host");
+    options.metrics = ends.clone();
+    let mut worker = options.build().unwrap();
+
+    // The store takes no writes: marking the item running fails, and so do the first
+    // three hand-backs (each tried twice) before one lands.
+    faults.failing_starts.store(1, Ordering::SeqCst);
+    faults.failing_releases.store(3, Ordering::SeqCst);
+    worker.claim_and_run_once().await.unwrap();
+    worker.wait_idle().await;
+    assert_eq!(faults.release_calls.load(Ordering::SeqCst), 4);
+    let item = &env.items(&batch.id).await[0];
+    assert_eq!(
+        (item.status, item.attempt),
+        (BatchItemStatus::Queued, 0),
+        "handed back, its attempt given back, not left leased for a lease: {item:?}"
+    );
+    assert_eq!(
+        item.error.as_deref(),
+        Some(subflow_store::batches::START_UNSTORED)
+    );
+    assert_eq!(ends.seen(), [AttemptEnd::Released]);
+
+    worker.claim_and_run_once().await.unwrap();
+    worker.wait_idle().await;
+    assert_eq!(
+        env.items(&batch.id).await[0].status,
         BatchItemStatus::Succeeded,
         "it ran again"
     );

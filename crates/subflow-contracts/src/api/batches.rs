@@ -112,12 +112,34 @@ impl BatchCounts {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ItemUsage {
-    /// Input tokens.
+    /// Input tokens, cache reads and writes included.
     pub input_tokens: i64,
     /// Output tokens.
     pub output_tokens: i64,
     /// Total tokens.
     pub total_tokens: i64,
+    /// Input read from the provider's cache; present only when > 0.
+    #[serde(default, skip_serializing_if = "is_none")]
+    pub cache_read_tokens: i64,
+    /// Input written to the provider's cache; present only when > 0.
+    #[serde(default, skip_serializing_if = "is_none")]
+    pub cache_write_tokens: i64,
+}
+
+fn is_none(count: &i64) -> bool {
+    *count <= 0
+}
+
+impl ItemUsage {
+    /// The counts [`crate::cost::cost`] prices.
+    pub fn tokens(&self) -> crate::cost::Tokens {
+        crate::cost::Tokens::of_signed(
+            self.input_tokens,
+            self.output_tokens,
+            self.cache_read_tokens,
+            self.cache_write_tokens,
+        )
+    }
 }
 
 /// A batch's public fields (docs/batches.md#data-model), then the additive progress and spend fields.
@@ -164,6 +186,11 @@ pub struct Batch {
     pub eta_seconds: Option<u64>,
     /// The whole batch's expected cost in `cost.currency`, or null (additive).
     pub projected_cost: Option<f64>,
+    /// Why a paused batch is paused: `budget` when its `batch_max_cost` was reached,
+    /// null otherwise (additive).
+    pub pause_reason: Option<String>,
+    /// `budgets.batch_max_cost` and the batch's spend against it (additive); null without one.
+    pub budget: Option<super::usage::BudgetSpend>,
 }
 
 /// An item's public fields (docs/batches.md#data-model): never its prompt, lease or result.
@@ -265,6 +292,9 @@ pub struct BatchSubmission {
     /// Items running at once; absent or 0 is the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_running_items: Option<i64>,
+    /// Submit even when the projected cost exceeds `budgets.batch_max_cost`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_over_budget: Option<bool>,
 }
 
 /// One item of a [`BatchSubmission`].

@@ -71,6 +71,8 @@ pub struct ModelPricing {
     pub output_per_million: f64,
     /// Cached input; the input price applies when null.
     pub input_cache_hit_per_million: Option<f64>,
+    /// Input written to the cache; the input price applies when null.
+    pub input_cache_write_per_million: Option<f64>,
 }
 
 /// `token_usage.enabled`.

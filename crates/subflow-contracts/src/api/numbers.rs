@@ -22,6 +22,11 @@ pub fn whole_u64<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::E
     read(&Number::deserialize(deserializer)?)
 }
 
+/// Whether a count is 0, for `skip_serializing_if` on counts present only when > 0.
+pub fn is_zero(count: &u64) -> bool {
+    *count == 0
+}
+
 fn read<T: TryFrom<u64> + Bounded, E: Error>(number: &Number) -> Result<T, E> {
     whole(number)
         .and_then(|w| T::try_from(w).ok())

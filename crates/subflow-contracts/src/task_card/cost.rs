@@ -1,6 +1,7 @@
 //! Money on cards (docs/usage-and-cost.md#cost prices, as `/api/models` lists them under `pricing`): the
-//! price of a model, the cost of a task's usage and how an amount is written. Ported from
-//! `cards.mjs` like the rest of the card rules, on the same case table.
+//! price of a model, the cost of a task's usage (by [`crate::cost::cost`], the one price
+//! function) and how an amount is written. Ported from `cards.mjs` like the rest of the
+//! card rules, on the same case table.
 //!
 //! Amounts are written from whole micro-units (the 6 decimals costs are rounded to) with
 //! integer arithmetic, so JavaScript and Rust write every amount alike.
@@ -10,17 +11,8 @@ use serde_json::Value;
 
 use super::CardUsage;
 
-/// A model's prices per million tokens, as a card uses them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Price {
-    /// Upper-case currency code.
-    pub currency: String,
-    /// Input tokens.
-    pub input_per_million: f64,
-    /// Output tokens.
-    pub output_per_million: f64,
-}
+pub use crate::cost::Price;
+use crate::cost::{cost, round6};
 
 /// An amount of money.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +28,10 @@ fn number(value: Option<&Value>) -> f64 {
         .and_then(Value::as_f64)
         .filter(|n| n.is_finite())
         .unwrap_or(0.0)
+}
+
+fn optional_number(value: Option<&Value>) -> Option<f64> {
+    value.and_then(Value::as_f64).filter(|n| n.is_finite())
 }
 
 fn price_of_entry(model: &Value) -> Option<Price> {
@@ -55,6 +51,10 @@ fn price_of_entry(model: &Value) -> Option<Price> {
         currency,
         input_per_million: input,
         output_per_million: output,
+        input_cache_hit_per_million: optional_number(pricing.get("input_cache_hit_per_million")),
+        input_cache_write_per_million: optional_number(
+            pricing.get("input_cache_write_per_million"),
+        ),
     })
 }
 
@@ -88,12 +88,16 @@ pub fn has_prices(models: &Value) -> bool {
         .is_some_and(|models| models.iter().any(|m| price_of_entry(m).is_some()))
 }
 
-/// What `usage` costs at `price`, rounded to 6 decimals; a task's usage has no cache
-/// split, so every input token is priced as uncached.
+/// What `usage` costs at `price`, rounded to 6 decimals: cache reads and writes at their
+/// own prices.
 pub fn usage_cost(usage: &CardUsage, price: &Price) -> f64 {
-    let amount = usage.input_tokens as f64 / 1e6 * price.input_per_million
-        + usage.output_tokens as f64 / 1e6 * price.output_per_million;
-    (amount * 1e6).round() / 1e6
+    let tokens = crate::cost::Tokens {
+        input: usage.input_tokens,
+        output: usage.output_tokens,
+        cache_read: usage.cache_read_tokens,
+        cache_write: usage.cache_write_tokens,
+    };
+    round6(cost(&tokens, price))
 }
 
 /// A card's cost: its usage at its model's price, once both are known.

@@ -82,6 +82,12 @@ pub struct CardUsage {
     pub output_tokens: u64,
     /// Total tokens.
     pub total_tokens: u64,
+    /// Input read from the provider's cache; present only when > 0.
+    #[serde(default, skip_serializing_if = "crate::api::numbers::is_zero")]
+    pub cache_read_tokens: u64,
+    /// Input written to the provider's cache; present only when > 0.
+    #[serde(default, skip_serializing_if = "crate::api::numbers::is_zero")]
+    pub cache_write_tokens: u64,
 }
 
 impl From<TokenUsage> for CardUsage {
@@ -90,6 +96,8 @@ impl From<TokenUsage> for CardUsage {
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
             total_tokens: usage.total_tokens,
+            cache_read_tokens: usage.cache_read_tokens,
+            cache_write_tokens: usage.cache_write_tokens,
         }
     }
 }

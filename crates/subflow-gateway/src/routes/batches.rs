@@ -27,10 +27,13 @@ use subflow_store::batches::{
 use time::OffsetDateTime;
 use utoipa::IntoParams;
 
+use subflow_runtime::budget::{BudgetScope, Budgets};
+
 use super::threads::owned_or_created;
 use super::{MAX_BATCH_BODY_BYTES, ThreadPath, paging, parse_body_within};
 use crate::auth::{Caller, authorize_thread};
 use crate::batch_progress::{Progress, progress, window_start};
+use crate::budgets::shown;
 use crate::extract::{Path, Query};
 use crate::trace::RequestTrace;
 use crate::{ApiError, AppState};
@@ -153,8 +156,11 @@ fn store_error(error: subflow_store::Error) -> ApiError {
 
 /// The public fields of a batch (docs/batches.md#data-model), `counts` always with all seven statuses,
 /// then the additive progress fields.
-pub fn public_batch(batch: &BatchRecord, progress: Progress) -> Batch {
+pub fn public_batch(batch: &BatchRecord, progress: Progress, budgets: Option<&Budgets>) -> Batch {
+    let spent = progress.cost.as_ref().map_or(0.0, |cost| cost.total);
     Batch {
+        pause_reason: batch.pause_reason.clone(),
+        budget: budgets.and_then(|budgets| shown(budgets, BudgetScope::Batch, spent)),
         id: batch.id.clone(),
         thread_id: batch.thread_id.clone(),
         title: batch.title.clone(),
@@ -199,7 +205,11 @@ async fn present(
         .iter()
         .map(|batch| {
             let activity = BatchActivity::find(&activities, &batch.id);
-            public_batch(batch, progress(batch, &activity, now, &state.model_facts))
+            public_batch(
+                batch,
+                progress(batch, &activity, now, &state.model_facts),
+                state.runtime.budgets().map(|b| &**b),
+            )
         })
         .collect())
 }
@@ -328,7 +338,7 @@ pub struct AllParams {
     #[serde(default, deserialize_with = "crate::extract::value")]
     limit: Option<u32>,
     /// Batches to skip.
-    #[param(minimum = 0, maximum = 4294967295_i64)]
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     #[serde(default, deserialize_with = "crate::extract::value")]
     offset: Option<u32>,
     /// Only batches with this status; absent means all.

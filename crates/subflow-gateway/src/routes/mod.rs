@@ -13,6 +13,7 @@ pub mod runs;
 pub mod tasks;
 pub mod threads;
 pub mod token_usage;
+pub mod usage;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -93,6 +94,7 @@ pub async fn models(State(state): State<AppState>) -> Json<Models> {
                     input_per_million: price.input_per_million,
                     output_per_million: price.output_per_million,
                     input_cache_hit_per_million: price.input_cache_hit_per_million,
+                    input_cache_write_per_million: price.input_cache_write_per_million,
                 }),
         })
         .collect();

@@ -12,7 +12,10 @@ use utoipa::IntoParams;
 
 use super::ThreadPath;
 use crate::auth::{Caller, authorize_thread};
+use subflow_runtime::budget::BudgetScope;
+
 use crate::batch_progress::{thread_section, window_start};
+use crate::budgets::{day_budget, runs_spent, shown};
 use crate::extract::{Path, Query};
 use crate::usage::{context_usage, summarise};
 use crate::{ApiError, AppState};
@@ -125,5 +128,18 @@ pub async fn thread_token_usage(
         Vec::new()
     };
     body.batches = thread_section(&activities, &state.model_facts);
+    if let Some(budgets) = state.runtime.budgets() {
+        if exists && budgets.config.limit(BudgetScope::Thread).is_some() {
+            let spent = runs_spent(&runs, &state.model_facts)
+                + activities
+                    .iter()
+                    .map(|activity| activity.spent(&state.model_facts))
+                    .sum::<f64>();
+            body.budgets
+                .extend(shown(budgets, BudgetScope::Thread, spent));
+        }
+        body.budgets
+            .extend(day_budget(Some(budgets), &*state.store, user_id).await?);
+    }
     Ok(body)
 }

@@ -303,7 +303,7 @@ async fn every_response_carries_exactly_one_trace_id_following_the_precedence_ru
     assert_eq!(models["models"][0]["name"], "scripted");
     assert_eq!(
         models["models"][0]["pricing"],
-        json!({"currency": "USD", "input_per_million": 2.0, "output_per_million": 8.0, "input_cache_hit_per_million": 0.5}),
+        json!({"currency": "USD", "input_per_million": 2.0, "output_per_million": 8.0, "input_cache_hit_per_million": 0.5, "input_cache_write_per_million": 2.5}),
         "cards price live usage at these rates"
     );
     let (_, _, health) = app.get_json("/health").await;

@@ -123,6 +123,7 @@ const DOCUMENTED_PERMISSIONS: &[(&str, &str, &str)] = &[
     ),
     ("get", "/api/runs", "runs:read"),
     ("get", "/api/subagent-batches", "threads:read"),
+    ("get", "/api/usage", "threads:read"),
 ];
 
 /// A fresh well-formed token: `sf_` and 43 base64url characters.
@@ -988,4 +989,139 @@ async fn the_cross_thread_lists_hold_only_the_callers_runs_and_batches() {
             "{path}"
         );
     }
+}
+
+/// `/api/usage` over 3 users × 4 threads × 2 days: each user's report equals the sum of
+/// their threads' `/token-usage`, a user sees only their own (403 for another's), and an
+/// admin sees everyone's, grouped by day, user and thread.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn usage_across_threads_is_the_sum_of_each_threads_token_usage() {
+    let app = spawn_token_app().await;
+    let root = add_user(&app, "root").await;
+    let admin = issue(&app, &root, "admin").await;
+    let mut users = Vec::new();
+    for name in ["ana", "bo", "cy"] {
+        let user = add_user(&app, name).await;
+        let token = issue(
+            &app,
+            &user,
+            "threads:read,threads:write,runs:read,runs:write",
+        )
+        .await;
+        for thread in 0..4 {
+            let body = json!({"input": {"messages": [{"role": "user", "content": format!("/echo {name} {thread}")}]}});
+            let path = format!("/api/threads/t-{name}-{thread}/runs/wait");
+            let answer = call(&app, "post", &path, Some(&token), Some(body)).await;
+            assert_eq!(answer.status, 200, "{}", answer.text);
+        }
+        users.push((user, token));
+    }
+    // Threads 0 and 1 ran yesterday.
+    let today = subflow_store::now_rfc3339()[..10].to_owned();
+    let yesterday =
+        subflow_store::rfc3339(time::OffsetDateTime::now_utc() - time::Duration::days(1))[..10]
+            .to_owned();
+    let db = rusqlite::Connection::open(app.sqlite.as_ref().unwrap()).unwrap();
+    let moved = db
+        .execute(
+            "UPDATE runs SET created_at = replace(created_at, ?1, ?2) \
+             WHERE thread_id LIKE '%-0' OR thread_id LIKE '%-1'",
+            [&today, &yesterday],
+        )
+        .unwrap();
+    assert_eq!(moved, 6);
+
+    let mut everyone = 0;
+    for (user, token) in &users {
+        let (mut tokens, mut cost) = (0, 0.0);
+        for thread in 0..4 {
+            let path = format!("/api/threads/t-{}-{thread}/token-usage", user.name);
+            let usage = call(&app, "get", &path, Some(token), None).await;
+            tokens += usage.body["total_tokens"].as_i64().unwrap();
+            cost += usage.body["cost"]["total"].as_f64().unwrap();
+        }
+        let report = call(&app, "get", "/api/usage", Some(token), None).await;
+        assert_eq!(report.status, 200, "{}", report.text);
+        let report = report.body;
+        assert_eq!(report["user_id"], user.id.as_str());
+        assert_eq!(report["counted"]["runs"], 4);
+        assert_eq!(report["counted"]["total_tokens"], tokens);
+        // The same price function: equal to the micro-unit, up to each thread's rounding.
+        let reported = report["counted"]["cost"]["total"].as_f64().unwrap();
+        assert!(
+            cost > 0.0 && (reported - cost).abs() <= 2e-6,
+            "{reported} against {cost}"
+        );
+        let days: Vec<(&str, i64)> = report["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| {
+                (
+                    g["key"].as_str().unwrap(),
+                    g["counted"]["runs"].as_i64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(days, [(yesterday.as_str(), 2), (today.as_str(), 2)]);
+        let by_day: i64 = report["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["counted"]["total_tokens"].as_i64().unwrap())
+            .sum();
+        assert_eq!(by_day, tokens);
+        everyone += tokens;
+        // Another user's usage is the admin's to read.
+        let other = users.iter().find(|(u, _)| u.id != user.id).unwrap();
+        let path = format!("/api/usage?user_id={}", other.0.id);
+        let refused = call(&app, "get", &path, Some(token), None).await;
+        assert_eq!(refused.status, 403, "{}", refused.text);
+        assert_eq!(refused.body, json!({"detail": "Permission denied: admin"}));
+    }
+    let all = call(&app, "get", "/api/usage?group_by=user", Some(&admin), None).await;
+    assert_eq!(all.status, 200, "{}", all.text);
+    assert_eq!(all.body["user_id"], Value::Null);
+    assert_eq!(all.body["counted"]["runs"], 12);
+    assert_eq!(all.body["counted"]["total_tokens"], everyone);
+    assert_eq!(all.body["groups"].as_array().unwrap().len(), 3);
+    let by_thread = call(
+        &app,
+        "get",
+        "/api/usage?group_by=thread",
+        Some(&admin),
+        None,
+    )
+    .await;
+    assert_eq!(by_thread.body["groups"].as_array().unwrap().len(), 12);
+    let one = format!("/api/usage?group_by=thread&user_id={}", users[1].0.id);
+    let one = call(&app, "get", &one, Some(&admin), None).await;
+    assert_eq!(one.body["counted"]["runs"], 4);
+    // Yesterday alone, and bad windows.
+    let from = format!("{yesterday}T00:00:00Z");
+    let to = format!("{today}T00:00:00Z");
+    let window = format!("/api/usage?from={from}&to={to}");
+    let yesterdays = call(&app, "get", &window, Some(&admin), None).await;
+    assert_eq!(yesterdays.body["counted"]["runs"], 6);
+    let reversed = format!("/api/usage?from={to}&to={from}");
+    let empty = call(&app, "get", &reversed, Some(&admin), None).await;
+    assert_eq!(
+        (empty.status, &empty.body["counted"]["runs"]),
+        (200, &json!(0))
+    );
+    let blank = call(&app, "get", "/api/usage?to=", Some(&admin), None).await;
+    assert_eq!(
+        (blank.status, blank.body["detail"].as_str()),
+        (422, Some("to must be an RFC 3339 time, got \"\""))
+    );
+    let bad = call(&app, "get", "/api/usage?from=yesterday", Some(&admin), None).await;
+    assert_eq!(
+        (bad.status, bad.body["detail"].as_str()),
+        (
+            422,
+            Some("from must be an RFC 3339 time, got \"yesterday\"")
+        )
+    );
+    let bad = call(&app, "get", "/api/usage?group_by=week", Some(&admin), None).await;
+    assert_eq!(bad.status, 422, "{}", bad.text);
 }

@@ -11,6 +11,7 @@ use subflow_batches::{Step, Worker};
 use subflow_runtime::admission::{AdmissionConfig, AdmissionPolicy};
 use subflow_runtime::observers::{ObserverOutcome, ObserverSet, TaskInfo, TaskObserver};
 
+use crate::metrics::{parse, scrape};
 use crate::{Options, TestApp, spawn_app_with_worker};
 
 /// Every observer call, as `start <agent>` / `stop <agent>`.
@@ -80,6 +81,7 @@ async fn slash_batch_items_run_to_completion_and_leave_nothing_in_the_submitting
     let usage_before = get(&app, "/api/threads/t1/token-usage").await;
     let heard_before = heard.0.lock().unwrap().clone();
     assert_eq!(heard_before, ["start lead_agent", "stop lead_agent"]);
+    let spent_before = parse(&scrape(&app).await).sum("subflow_cost_total", &[]);
 
     run_until_idle(&mut worker).await;
     let batches = get(&app, "/api/threads/t1/subagent-batches").await;
@@ -156,6 +158,16 @@ async fn slash_batch_items_run_to_completion_and_leave_nothing_in_the_submitting
     assert!(batch["items_per_minute"].as_f64().unwrap() > 0.0, "{batch}");
     assert_eq!(batch["eta_seconds"], Value::Null);
     assert_eq!(batch["projected_cost"], batch["cost"]["total"]);
+    // `subflow_cost_total` counts the items' spend too, priced by the same function, under
+    // the provider's model id as runs' spend is.
+    let metrics = parse(&scrape(&app).await);
+    let items_spent = metrics.sum("subflow_cost_total", &[]) - spent_before;
+    assert!(
+        (items_spent - batch["cost"]["total"].as_f64().unwrap()).abs() < 1e-6,
+        "{items_spent} against {}",
+        batch["cost"]
+    );
+    assert!(metrics.sum("subflow_cost_total", &[("model", "scripted-1")]) >= items_spent);
     assert_eq!(*heard.0.lock().unwrap(), heard_before);
     // The ended run's stream log holds what it held when it ended: no item frames.
     let log = app

@@ -69,11 +69,15 @@ fn success(text: &str) -> ItemSuccess {
             input_tokens: 3,
             output_tokens: 2,
             total_tokens: 5,
+            cache_read_tokens: 0,
+            cache_write_tokens: 0,
         }),
     }
 }
 
-const PUBLIC_BATCH_KEYS: [&str; 18] = [
+/// The public batch fields, plus the additive progress and budget ones.
+const PUBLIC_BATCH_KEYS: [&str; 20] = [
+    "budget",
     "completed_at",
     "cost",
     "counts",
@@ -84,6 +88,7 @@ const PUBLIC_BATCH_KEYS: [&str; 18] = [
     "max_attempts",
     "max_live_items",
     "max_running_items",
+    "pause_reason",
     "projected_cost",
     "status",
     "subagent_type",

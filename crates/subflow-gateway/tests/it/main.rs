@@ -23,6 +23,7 @@ mod langgraph;
 mod lifecycle;
 mod limits;
 mod metrics;
+mod money;
 mod outage;
 mod resume;
 mod storage;
@@ -151,6 +152,7 @@ async fn start(options: Options) -> (TestApp, Option<subflow_batches::Worker>) {
                 input_per_million: 2.0,
                 output_per_million: 8.0,
                 input_cache_hit_per_million: Some(0.5),
+                input_cache_write_per_million: Some(2.5),
             }),
         }],
         run_timeout: Duration::from_secs(600),

@@ -26,7 +26,7 @@ struct Sample {
 
 /// A parsed exposition: families (HELP, TYPE) and samples, in order.
 #[derive(Debug, Default)]
-struct Exposition {
+pub(crate) struct Exposition {
     help: BTreeMap<String, String>,
     types: BTreeMap<String, String>,
     samples: Vec<Sample>,
@@ -102,7 +102,7 @@ fn family_of<'a>(name: &'a str, types: &BTreeMap<String, String>) -> &'a str {
 
 /// Parses every line, failing on anything that is not HELP, TYPE or a sample of a
 /// family already described.
-fn parse(text: &str) -> Exposition {
+pub(crate) fn parse(text: &str) -> Exposition {
     let mut exposition = Exposition::default();
     assert!(text.ends_with('\n'), "the exposition ends with a newline");
     for line in text.lines() {
@@ -163,7 +163,7 @@ fn parse(text: &str) -> Exposition {
 
 impl Exposition {
     /// The sum of `name` samples whose labels include every pair of `filter`.
-    fn sum(&self, name: &str, filter: &[(&str, &str)]) -> f64 {
+    pub(crate) fn sum(&self, name: &str, filter: &[(&str, &str)]) -> f64 {
         self.samples
             .iter()
             .filter(|s| s.name == name)
@@ -186,7 +186,7 @@ impl Exposition {
     }
 }
 
-async fn scrape(app: &TestApp) -> String {
+pub(crate) async fn scrape(app: &TestApp) -> String {
     let response = app.client.get(app.url("/metrics")).send().await.unwrap();
     assert_eq!(response.status(), 200);
     assert_eq!(

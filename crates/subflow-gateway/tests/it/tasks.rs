@@ -23,10 +23,14 @@ async fn listed_steps(
 }
 
 /// The scripted price of the test app: 2 per million input, 8 per million output.
+/// A task usage at the test gateway's prices (2 in, 0.5 cache read, 2.5 cache write, 8
+/// out per million), written out here so a change to the shared price function shows.
 fn scripted_cost(usage: &Value) -> f64 {
-    let input = usage["input_tokens"].as_f64().unwrap();
-    let output = usage["output_tokens"].as_f64().unwrap();
-    ((input * 2.0 + output * 8.0) / 1e6 * 1e6).round() / 1e6
+    let count = |key: &str| usage[key].as_f64().unwrap_or(0.0);
+    let (read, written) = (count("cache_read_tokens"), count("cache_write_tokens"));
+    let uncached = count("input_tokens") - read - written;
+    let amount = uncached * 2.0 + read * 0.5 + written * 2.5 + count("output_tokens") * 8.0;
+    (amount / 1e6 * 1e6).round() / 1e6
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,6 +95,11 @@ async fn a_finished_demo_run_has_one_summary_per_card_counting_what_the_card_lis
             "the answer, which a completed card does not list"
         );
         assert!(task["usage"]["total_tokens"].as_u64().unwrap() > 0);
+        assert!(
+            task["usage"]["cache_read_tokens"].as_u64().unwrap() > 0,
+            "the demo's subagents read their repeated prefixes from the cache: {}",
+            task["usage"]
+        );
         assert_eq!(task["cost"]["currency"], "USD");
         assert_eq!(
             task["cost"]["total"].as_f64().unwrap(),

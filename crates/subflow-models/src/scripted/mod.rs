@@ -132,6 +132,7 @@ impl Answer {
             usage.input_tokens = given.input.unwrap_or(usage.input_tokens);
             usage.output_tokens = given.output.unwrap_or(usage.output_tokens);
             usage.cache_read = given.cache_read.unwrap_or(usage.cache_read);
+            usage.cache_write = given.cache_write.unwrap_or(usage.cache_write);
             usage.total_tokens = usage.input_tokens + usage.output_tokens;
         }
         Answer {
@@ -257,6 +258,7 @@ fn default_usage(
         output_tokens,
         total_tokens: input_tokens + output_tokens,
         cache_read: 0,
+        cache_write: 0,
     }
 }
 

@@ -104,6 +104,8 @@ pub(crate) struct ScriptedUsage {
     pub output: Option<u64>,
     #[serde(default)]
     pub cache_read: Option<u64>,
+    #[serde(default)]
+    pub cache_write: Option<u64>,
 }
 
 // Validation runs inside deserialisation so that both parsers attach the position of

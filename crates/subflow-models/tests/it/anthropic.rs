@@ -87,15 +87,17 @@ async fn text_streams_with_cached_input_counted_as_input() {
     );
     assert_eq!(message.response_metadata["finish_reason"], "stop");
     let reported = message.usage_metadata.unwrap();
-    // docs/configuration.md#models: input = 12 + 2000 read + 100 written; cache_read = 2000.
+    // docs/configuration.md#models: input = 12 + 2000 read + 100 written; cache_read =
+    // 2000, cache_creation = 100.
     assert_eq!(
         (
             reported.input_tokens,
             reported.output_tokens,
             reported.total_tokens,
-            reported.input_token_details.cache_read
+            reported.input_token_details.cache_read,
+            reported.input_token_details.cache_creation
         ),
-        (2112, 25, 2137, 2000)
+        (2112, 25, 2137, 2000, 100)
     );
     assert_eq!(usage.unwrap().input_tokens, 2112);
 

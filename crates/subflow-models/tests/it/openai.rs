@@ -94,6 +94,31 @@ async fn text_streams_into_an_ai_message_with_usage_including_cache_reads() {
 }
 
 #[tokio::test]
+async fn cache_writes_are_read_from_either_field_compatible_servers_report_them_in() {
+    for usage in [
+        r#"{"prompt_tokens":3000,"completion_tokens":7,"total_tokens":3007,"prompt_tokens_details":{"cached_tokens":2000,"cache_write_tokens":600}}"#,
+        r#"{"prompt_tokens":3000,"completion_tokens":7,"total_tokens":3007,"prompt_tokens_details":{"cached_tokens":2000},"cache_creation_input_tokens":600}"#,
+    ] {
+        let body = [
+            chunk(r#"{"role":"assistant","content":"Hi"}"#, None),
+            chunk("{}", Some("stop")),
+            usage_chunk(usage),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat();
+        let server = TestServer::start(vec![Reply::sse([body])]).await;
+        let model = Provider::OpenAi.model(&server, 2);
+        let (message, _, _) = within(call(model.as_ref(), hello())).await.unwrap();
+        let details = message.usage_metadata.unwrap().input_token_details;
+        assert_eq!(
+            (details.cache_read, details.cache_creation),
+            (2000, 600),
+            "{usage}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn tool_calls_assemble_when_the_name_arrives_after_the_id() {
     let body = vec![
         chunk(r#"{"role":"assistant","content":null}"#, None),

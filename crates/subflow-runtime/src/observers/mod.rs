@@ -31,6 +31,8 @@ use futures::FutureExt;
 use subflow_contracts::status::{RunStatus, SubagentStatus};
 use tokio::time::{Instant, timeout_at};
 
+use crate::budget::BudgetEvent;
+
 pub use webhook::{
     EVENT_HEADER, SIGNATURE_HEADER, WebhookConfig, WebhookError, WebhookObserver, signature,
 };
@@ -175,6 +177,68 @@ pub trait TaskObserver: Send + Sync {
     async fn on_task_start(&self, _info: &TaskInfo) {}
     /// Called once on every exit path of a task that got a start.
     async fn on_task_stop(&self, _info: &TaskInfo, _outcome: ObserverOutcome) {}
+    /// Called once per scope and fraction when spend crosses a money budget's warn
+    /// fraction, and once when it reaches the limit (docs/usage-and-cost.md#budgets).
+    async fn on_budget(&self, _notice: &BudgetNotice) {}
+}
+
+/// A money budget crossing, as observers and webhooks are told of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BudgetNotice {
+    /// The run whose call crossed it; empty for a batch item.
+    pub run_id: String,
+    /// The thread.
+    pub thread_id: String,
+    /// Whose spend it is.
+    pub user_id: String,
+    /// The batch, for a batch's budget.
+    pub batch_id: Option<String>,
+    /// The pricing currency.
+    pub currency: String,
+    /// The crossing itself.
+    pub event: BudgetEvent,
+}
+
+/// One hook call: what it is about.
+#[derive(Debug, Clone, Copy)]
+enum Call<'a> {
+    Start(&'a TaskInfo),
+    Stop(&'a TaskInfo, ObserverOutcome),
+    Budget(&'a BudgetNotice),
+}
+
+impl Call<'_> {
+    fn hook(self) -> Hook {
+        match self {
+            Call::Start(_) => Hook::Start,
+            Call::Stop(..) => Hook::Stop,
+            Call::Budget(_) => Hook::Budget,
+        }
+    }
+
+    /// How log lines name it.
+    fn subject(self) -> String {
+        match self {
+            Call::Start(info) | Call::Stop(info, _) => {
+                format!("task {} (run {})", info.task_id, info.run_id)
+            }
+            Call::Budget(notice) => match &notice.batch_id {
+                Some(batch) => format!("budget {} of batch {batch}", notice.event.scope.as_str()),
+                None => format!(
+                    "budget {} (run {})",
+                    notice.event.scope.as_str(),
+                    notice.run_id
+                ),
+            },
+        }
+    }
+
+    fn observable(self) -> bool {
+        match self {
+            Call::Start(info) | Call::Stop(info, _) => info.is_observable(),
+            Call::Budget(_) => true,
+        }
+    }
 }
 
 /// Which hook a call was for; [`Hook::as_str`] is the metric's `hook` label.
@@ -184,17 +248,20 @@ pub enum Hook {
     Start,
     /// `on_task_stop`.
     Stop,
+    /// `on_budget`.
+    Budget,
 }
 
 impl Hook {
-    /// Both hooks, in metric order.
-    pub const ALL: [Hook; 2] = [Hook::Start, Hook::Stop];
+    /// Every hook, in metric order.
+    pub const ALL: [Hook; 3] = [Hook::Start, Hook::Stop, Hook::Budget];
 
-    /// `"on_task_start"` or `"on_task_stop"`.
+    /// `"on_task_start"`, `"on_task_stop"` or `"on_budget"`.
     pub const fn as_str(self) -> &'static str {
         match self {
             Hook::Start => "on_task_start",
             Hook::Stop => "on_task_stop",
+            Hook::Budget => "on_budget",
         }
     }
 
@@ -203,6 +270,7 @@ impl Hook {
         match self {
             Hook::Start => "task.start",
             Hook::Stop => "task.stop",
+            Hook::Budget => "budget",
         }
     }
 }
@@ -237,7 +305,7 @@ impl CallResult {
 #[derive(Debug, Default)]
 pub struct ObserverCounters {
     // Indexed [hook][result] in the order of `Hook::ALL` and `CallResult::ALL`.
-    counts: [[AtomicU64; 3]; 2],
+    counts: [[AtomicU64; 3]; 3],
 }
 
 impl ObserverCounters {
@@ -396,13 +464,19 @@ impl ObserverSet {
     /// Tells every observer, then every webhook, that `info` started; a no-op when
     /// `info.run_id` is empty. Returns within the budget; never fails.
     pub async fn notify_start(&self, info: &TaskInfo) {
-        self.notify(info, None).await;
+        self.notify(Call::Start(info)).await;
     }
 
     /// Tells every observer, then every webhook, that `info` stopped with `outcome`; a
     /// no-op when `info.run_id` is empty. Returns within the budget; never fails.
     pub async fn notify_stop(&self, info: &TaskInfo, outcome: ObserverOutcome) {
-        self.notify(info, Some(outcome)).await;
+        self.notify(Call::Stop(info, outcome)).await;
+    }
+
+    /// Tells every observer, then every webhook, of a budget crossing. Returns within
+    /// the budget; never fails.
+    pub async fn notify_budget(&self, notice: &BudgetNotice) {
+        self.notify(Call::Budget(notice)).await;
     }
 
     /// Notifies the start of `info` and returns a guard that owes its stop: call
@@ -418,16 +492,13 @@ impl ObserverSet {
         }
     }
 
-    /// One hook call: `outcome` is `None` for a start and `Some` for a stop.
-    async fn notify(&self, info: &TaskInfo, outcome: Option<ObserverOutcome>) {
-        if !info.is_observable() || self.is_empty() {
+    /// One hook call.
+    async fn notify(&self, call: Call<'_>) {
+        if !call.observable() || self.is_empty() {
             return;
         }
-        let hook = if outcome.is_some() {
-            Hook::Stop
-        } else {
-            Hook::Start
-        };
+        let hook = call.hook();
+        let subject = call.subject();
         let inner = &*self.inner;
         // tokio's clock, so paused-time tests drive the budget deterministically.
         let deadline = Instant::now() + inner.budget;
@@ -435,41 +506,36 @@ impl ObserverSet {
         for entry in &inner.observers {
             if Instant::now() >= deadline {
                 tracing::warn!(
-                    "observer {} skipped for {} of task {} (run {}): the {:?} budget is spent",
+                    "observer {} skipped for {} of {subject}: the {:?} budget is spent",
                     entry.name,
                     hook.as_str(),
-                    info.task_id,
-                    info.run_id,
                     inner.budget,
                 );
                 inner.counters.add(hook, CallResult::Skipped);
                 continue;
             }
-            let call = match outcome {
-                Some(outcome) => entry.observer.on_task_stop(info, outcome),
-                None => entry.observer.on_task_start(info),
+            let hooked = match call {
+                Call::Start(info) => entry.observer.on_task_start(info),
+                Call::Stop(info, outcome) => entry.observer.on_task_stop(info, outcome),
+                Call::Budget(notice) => entry.observer.on_budget(notice),
             };
-            let result = timeout_at(deadline, AssertUnwindSafe(call).catch_unwind()).await;
+            let result = timeout_at(deadline, AssertUnwindSafe(hooked).catch_unwind()).await;
             let counted = match result {
                 Ok(Ok(())) => CallResult::Ok,
                 Ok(Err(panic)) => {
                     tracing::error!(
-                        "observer {} panicked in {} of task {} (run {}): {}",
+                        "observer {} panicked in {} of {subject}: {}",
                         entry.name,
                         hook.as_str(),
-                        info.task_id,
-                        info.run_id,
                         panic_message(&*panic),
                     );
                     CallResult::Error
                 }
                 Err(_elapsed) => {
                     tracing::warn!(
-                        "observer {} cut off in {} of task {} (run {}): the {:?} budget ran out",
+                        "observer {} cut off in {} of {subject}: the {:?} budget ran out",
                         entry.name,
                         hook.as_str(),
-                        info.task_id,
-                        info.run_id,
                         inner.budget,
                     );
                     CallResult::Error
@@ -484,11 +550,9 @@ impl ObserverSet {
         if Instant::now() >= deadline {
             for webhook in &inner.webhooks {
                 tracing::warn!(
-                    "webhook {} skipped for {} of task {} (run {}): the {:?} budget is spent",
+                    "webhook {} skipped for {} of {subject}: the {:?} budget is spent",
                     webhook.url(),
                     hook.event(),
-                    info.task_id,
-                    info.run_id,
                     inner.budget,
                 );
                 inner.counters.add(hook, CallResult::Skipped);
@@ -497,38 +561,33 @@ impl ObserverSet {
         }
         // Webhooks are independent network calls, so they share the remaining budget
         // concurrently instead of queueing behind each other.
+        let subject = &subject;
         let deliveries = inner.webhooks.iter().map(|webhook| async move {
-            let delivery = AssertUnwindSafe(webhook.deliver(info, outcome)).catch_unwind();
+            let delivery = AssertUnwindSafe(webhook.deliver_call(call)).catch_unwind();
             let counted = match timeout_at(deadline, delivery).await {
                 Ok(Ok(Ok(()))) => CallResult::Ok,
                 Ok(Ok(Err(error))) => {
                     tracing::warn!(
-                        "webhook {} failed for {} of task {} (run {}): {error}",
+                        "webhook {} failed for {} of {subject}: {error}",
                         webhook.url(),
                         hook.event(),
-                        info.task_id,
-                        info.run_id,
                     );
                     CallResult::Error
                 }
                 Ok(Err(panic)) => {
                     tracing::error!(
-                        "webhook {} panicked for {} of task {} (run {}): {}",
+                        "webhook {} panicked for {} of {subject}: {}",
                         webhook.url(),
                         hook.event(),
-                        info.task_id,
-                        info.run_id,
                         panic_message(&*panic),
                     );
                     CallResult::Error
                 }
                 Err(_elapsed) => {
                     tracing::warn!(
-                        "webhook {} cut off for {} of task {} (run {}): the {:?} budget ran out",
+                        "webhook {} cut off for {} of {subject}: the {:?} budget ran out",
                         webhook.url(),
                         hook.event(),
-                        info.task_id,
-                        info.run_id,
                         inner.budget,
                     );
                     CallResult::Error
@@ -698,7 +757,8 @@ mod tests {
         let counters = ObserverCounters::new();
         counters.add(Hook::Stop, CallResult::Skipped);
         let snapshot = counters.snapshot();
-        assert_eq!(snapshot.len(), 6);
+        assert_eq!(snapshot.len(), 9);
+        assert!(snapshot.contains(&(Hook::Budget, CallResult::Error, 0)));
         assert!(snapshot.contains(&(Hook::Stop, CallResult::Skipped, 1)));
         assert!(snapshot.contains(&(Hook::Start, CallResult::Ok, 0)));
     }

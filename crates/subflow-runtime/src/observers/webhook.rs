@@ -12,9 +12,10 @@ use sha2::Sha256;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
-use super::{Hook, ObserverOutcome, TaskInfo, TaskObserver};
+use super::{BudgetNotice, Call, ObserverOutcome, TaskInfo, TaskObserver};
+use crate::budget::BudgetEvent;
 
-/// The header naming the event, `task.start` or `task.stop`.
+/// The header naming the event: `task.start`, `task.stop` or `budget`.
 pub const EVENT_HEADER: &str = "x-subflow-event";
 /// The header carrying `sha256=<hex HMAC-SHA256(secret, body)>`.
 pub const SIGNATURE_HEADER: &str = "x-subflow-signature";
@@ -172,12 +173,20 @@ impl WebhookObserver {
         info: &TaskInfo,
         outcome: Option<ObserverOutcome>,
     ) -> Result<(), WebhookError> {
-        let event = if outcome.is_some() {
-            Hook::Stop.event()
-        } else {
-            Hook::Start.event()
-        };
-        let body = body(event, info, outcome, OffsetDateTime::now_utc());
+        match outcome {
+            Some(outcome) => self.deliver_call(Call::Stop(info, outcome)).await,
+            None => self.deliver_call(Call::Start(info)).await,
+        }
+    }
+
+    /// Posts one budget crossing (`X-Subflow-Event: budget`), signed like the others.
+    pub async fn deliver_budget(&self, notice: &BudgetNotice) -> Result<(), WebhookError> {
+        self.deliver_call(Call::Budget(notice)).await
+    }
+
+    pub(super) async fn deliver_call(&self, call: Call<'_>) -> Result<(), WebhookError> {
+        let event = call.hook().event();
+        let body = body(call, OffsetDateTime::now_utc());
         let mut request = self
             .client
             .post(self.url.clone())
@@ -215,6 +224,12 @@ impl TaskObserver for WebhookObserver {
             tracing::warn!("webhook {} failed for task.stop: {error}", self.display);
         }
     }
+
+    async fn on_budget(&self, notice: &BudgetNotice) {
+        if let Err(error) = self.deliver_budget(notice).await {
+            tracing::warn!("webhook {} failed for budget: {error}", self.display);
+        }
+    }
 }
 
 /// `sha256=<lowercase hex HMAC-SHA256(secret, body)>`, the `X-Subflow-Signature` value.
@@ -234,9 +249,12 @@ pub fn signature(secret: &[u8], body: &[u8]) -> String {
 #[derive(Serialize)]
 struct Body<'a> {
     event: &'static str,
-    task: TaskBody<'a>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    task: Option<TaskBody<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     outcome: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    budget: Option<BudgetBody<'a>>,
     sent_at: String,
 }
 
@@ -251,32 +269,56 @@ struct TaskBody<'a> {
     resumed: bool,
 }
 
+#[derive(Serialize)]
+struct BudgetBody<'a> {
+    #[serde(flatten)]
+    event: &'a BudgetEvent,
+    currency: &'a str,
+    run_id: Option<&'a str>,
+    thread_id: &'a str,
+    user_id: &'a str,
+    batch_id: Option<&'a str>,
+}
+
 /// The exact body bytes, which are also what gets signed.
-fn body(
-    event: &'static str,
-    info: &TaskInfo,
-    outcome: Option<ObserverOutcome>,
-    now: OffsetDateTime,
-) -> Vec<u8> {
+fn body<'a>(call: Call<'a>, now: OffsetDateTime) -> Vec<u8> {
     // Millisecond precision: plenty for receivers, and parseable by the strictest ones.
     let now = now
         .replace_nanosecond(now.millisecond() as u32 * 1_000_000)
         .unwrap_or(now);
+    let task = |info: &'a TaskInfo| TaskBody {
+        task_id: &info.task_id,
+        run_id: &info.run_id,
+        thread_id: &info.thread_id,
+        kind: info.kind.as_str(),
+        parent_task_id: info.parent_task_id.as_deref(),
+        agent_name: info.agent_name.as_deref(),
+        resumed: info.resumed,
+    };
+    let (task, outcome, budget) = match call {
+        Call::Start(info) => (Some(task(info)), None, None),
+        Call::Stop(info, outcome) => (Some(task(info)), Some(outcome.as_str()), None),
+        Call::Budget(notice) => (
+            None,
+            None,
+            Some(BudgetBody {
+                event: &notice.event,
+                currency: &notice.currency,
+                run_id: Some(notice.run_id.as_str()).filter(|id| !id.is_empty()),
+                thread_id: &notice.thread_id,
+                user_id: &notice.user_id,
+                batch_id: notice.batch_id.as_deref(),
+            }),
+        ),
+    };
     let body = Body {
-        event,
-        task: TaskBody {
-            task_id: &info.task_id,
-            run_id: &info.run_id,
-            thread_id: &info.thread_id,
-            kind: info.kind.as_str(),
-            parent_task_id: info.parent_task_id.as_deref(),
-            agent_name: info.agent_name.as_deref(),
-            resumed: info.resumed,
-        },
-        outcome: outcome.map(ObserverOutcome::as_str),
+        event: call.hook().event(),
+        task,
+        outcome,
+        budget,
         sent_at: now.format(&Rfc3339).unwrap_or_default(),
     };
-    serde_json::to_vec(&body).expect("a struct of strings and bools serializes")
+    serde_json::to_vec(&body).expect("a struct of strings, numbers and bools serializes")
 }
 
 #[cfg(test)]
@@ -287,7 +329,7 @@ mod tests {
     fn body_shape_of_a_stop() {
         let info = TaskInfo::subagent("exec", "run", "thread", "coder", false);
         let now = time::macros::datetime!(2025-01-02 03:04:05.123456789 UTC);
-        let bytes = body("task.stop", &info, Some(ObserverOutcome::Aborted), now);
+        let bytes = body(Call::Stop(&info, ObserverOutcome::Aborted), now);
         let text = String::from_utf8(bytes).unwrap();
         assert_eq!(
             text,
@@ -300,11 +342,35 @@ mod tests {
         let info = TaskInfo::lead("run", "thread", true);
         let now = time::macros::datetime!(2025-01-02 03:04:05 UTC);
         let value: serde_json::Value =
-            serde_json::from_slice(&body("task.start", &info, None, now)).unwrap();
+            serde_json::from_slice(&body(Call::Start(&info), now)).unwrap();
         assert!(value.get("outcome").is_none());
         assert_eq!(value["task"]["parent_task_id"], serde_json::Value::Null);
         assert_eq!(value["task"]["kind"], "lead");
         assert_eq!(value["sent_at"], "2025-01-02T03:04:05Z");
+    }
+
+    #[test]
+    fn body_shape_of_a_budget_crossing() {
+        let notice = BudgetNotice {
+            run_id: String::new(),
+            thread_id: "thread".into(),
+            user_id: "ada".into(),
+            batch_id: Some("subagent-batch-1".into()),
+            currency: "USD".into(),
+            event: BudgetEvent {
+                action: crate::budget::BudgetAction::Warn,
+                scope: crate::budget::BudgetScope::Batch,
+                limit: 2.0,
+                spent: 1.7,
+                fraction: 0.8,
+            },
+        };
+        let now = time::macros::datetime!(2025-01-02 03:04:05 UTC);
+        let text = String::from_utf8(body(Call::Budget(&notice), now)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"event":"budget","budget":{"action":"warn","scope":"batch","limit":2.0,"spent":1.7,"fraction":0.8,"currency":"USD","run_id":null,"thread_id":"thread","user_id":"ada","batch_id":"subagent-batch-1"},"sent_at":"2025-01-02T03:04:05Z"}"#
+        );
     }
 
     #[test]

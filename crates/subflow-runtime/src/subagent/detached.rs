@@ -18,8 +18,10 @@ use uuid::Uuid;
 
 use super::executor::{Execution, ExecutionIdentity, Terminal};
 use super::{LOG_TARGET, SubagentDefinition};
+use crate::budget::{BudgetEvent, BudgetScope, SharedSpend, Spend};
 use crate::guarded::Guards;
 use crate::metrics::TokenCount;
+use crate::observers::BudgetNotice;
 use crate::run::short_trace;
 use crate::runtime::Runtime;
 use crate::spans::{AgentTrace, TraceIdentity, subagent_trace_name, trace_tags};
@@ -28,7 +30,7 @@ use crate::usage::Collector;
 
 /// What a detached execution runs from: the snapshot a batch keeps in its
 /// `execution_spec`, plus the prompt of one item.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct DetachedExecution {
     /// The subagent as it was configured when the batch was submitted.
     pub definition: SubagentDefinition,
@@ -48,6 +50,9 @@ pub struct DetachedExecution {
     pub label: String,
     /// Trace metadata after `deerflow_trace_id`: `run_id`, `batch_id`, `item_key`.
     pub trace_metadata: Vec<(String, String)>,
+    /// What the item's batch had spent when it started: its calls are then held to
+    /// `budgets.batch_max_cost` (docs/usage-and-cost.md#budgets). `None` checks nothing.
+    pub batch_spent: Option<f64>,
 }
 
 /// How a detached execution ended.
@@ -65,6 +70,8 @@ pub struct ExecutionReport {
     pub model_name: String,
     /// Summed usage, `None` without any record.
     pub usage: Option<TokenUsage>,
+    /// Whether the batch's money budget stopped it (`token_capped`).
+    pub cost_capped: bool,
 }
 
 impl Runtime {
@@ -87,6 +94,7 @@ impl Runtime {
             scope_id,
             label,
             trace_metadata,
+            batch_spent,
         } = execution;
         let config = self.config();
         let short_trace = short_trace(None);
@@ -99,6 +107,7 @@ impl Runtime {
                 error: Some(format!("Model '{model_name}' is not configured")),
                 model_name,
                 usage: None,
+                cost_capped: false,
             };
         }
         let model = self.models.get(Some(&model_name));
@@ -117,13 +126,22 @@ impl Runtime {
         });
         let collector = Arc::new(Collector::for_subagent(&definition.name));
         let agent = definition.name.clone();
+        let money = self
+            .budgets
+            .clone()
+            .zip(batch_spent)
+            .and_then(|(budgets, spent)| {
+                let spend = Spend::new(&budgets.config, &[(BudgetScope::Batch, spent)]);
+                SharedSpend::new(budgets, spend)
+            });
         let execution = Execution {
             guards: Guards::new(
                 &config.loop_detection,
                 &config.token_budget,
                 &definition.name,
                 self.metrics.clone(),
-            ),
+            )
+            .with_money(money),
             definition,
             model,
             prompt,
@@ -165,6 +183,37 @@ impl Runtime {
             error: ended.error,
             model_name,
             usage: collector.totals(),
+            cost_capped: ended.cost_capped,
+        }
+    }
+
+    /// Tells the observers and webhooks of a batch's budget crossings and sets its
+    /// `subflow_budget_spent_ratio{scope="batch"}` (docs/usage-and-cost.md#budgets).
+    pub async fn report_batch_budget(
+        &self,
+        batch: (&str, &str, &str),
+        spent: f64,
+        events: Vec<BudgetEvent>,
+    ) {
+        let (user_id, thread_id, batch_id) = batch;
+        let Some(budgets) = &self.budgets else {
+            return;
+        };
+        if let Some(limit) = budgets.config.limit(BudgetScope::Batch) {
+            self.metrics
+                .budget_spent(BudgetScope::Batch.as_str(), spent / limit);
+        }
+        let currency = budgets.currency();
+        for event in events {
+            let notice = BudgetNotice {
+                run_id: String::new(),
+                thread_id: thread_id.to_owned(),
+                user_id: user_id.to_owned(),
+                batch_id: Some(batch_id.to_owned()),
+                currency: currency.clone(),
+                event,
+            };
+            self.observers.notify_budget(&notice).await;
         }
     }
 }

@@ -31,6 +31,8 @@ use crate::usage::Collector;
 pub(crate) struct Terminal {
     pub status: SubagentStatus,
     pub stop_reason: Option<SubagentStopReason>,
+    /// A money budget's hard stop (`budget_kind: "cost"`).
+    pub cost_capped: bool,
     pub result: Option<String>,
     pub error: Option<String>,
 }
@@ -42,6 +44,7 @@ impl Terminal {
         Terminal {
             status,
             stop_reason: None,
+            cost_capped: false,
             result: completed.then(|| text.clone()),
             error: (!completed).then_some(text),
         }
@@ -168,12 +171,22 @@ impl Execution {
                     .record(&format!("{guard_key}:{turn}"), model_name, usage);
             }
             let run = self.events.as_ref().map(|events| events.run.clone());
-            let (ai, stopped) = self.guards.after_model(&guard_key, ai, |content| {
-                // Only a task has a parent journal to audit into (docs/events.md#the-loop-detection-event).
-                if let Some(run) = &run {
-                    JournalProxy::new(&run.journal).loop_detection(content);
-                }
-            });
+            let (ai, stopped) = self.guards.after_model(
+                &guard_key,
+                ai,
+                |content| {
+                    // Only a task has a parent journal to audit into (docs/events.md#the-loop-detection-event).
+                    if let Some(run) = &run {
+                        JournalProxy::new(&run.journal).loop_detection(content);
+                    }
+                },
+                |crossed| {
+                    // A batch item's crossings are its worker's to report (docs/usage-and-cost.md#budgets).
+                    if let Some(run) = &run {
+                        run.report_budget(crossed);
+                    }
+                },
+            );
             last_ai_text = text_of(&ai.content);
             let calls = ai.tool_calls.clone();
             messages.push(Message::Ai(ai.clone()));
@@ -182,8 +195,9 @@ impl Execution {
                 let mut capped = Terminal::new(SubagentStatus::Completed, last_ai_text);
                 capped.stop_reason = Some(match stop {
                     GuardStop::Loop => SubagentStopReason::LoopCapped,
-                    GuardStop::Token => SubagentStopReason::TokenCapped,
+                    GuardStop::Token | GuardStop::Cost => SubagentStopReason::TokenCapped,
                 });
+                capped.cost_capped = stop == GuardStop::Cost;
                 return capped;
             }
             if calls.is_empty() {

@@ -124,6 +124,7 @@ impl ExecutionSpec {
             scope_id,
             label,
             trace_metadata: metadata,
+            batch_spent: None,
         }
     }
 }

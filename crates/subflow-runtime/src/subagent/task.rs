@@ -206,7 +206,8 @@ async fn supervise(
                     &config.token_budget,
                     &kind,
                     runtime.metrics.clone(),
-                ),
+                )
+                .with_money(run.spend.clone()),
                 trace: agent_trace,
                 events: Some(TaskEvents {
                     emitter: emitter.clone(),
@@ -306,6 +307,7 @@ async fn supervise(
     let outcome = TaskOutcome {
         status: ended.status,
         stop_reason: ended.stop_reason,
+        cost_capped: ended.cost_capped,
         result: ended.result,
         error: ended.error,
         model_name: Some(model_name),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use subflow_contracts::messages::{Message, ToolMessage, ToolStatus};
 use subflow_contracts::{BatchItemStatus, BatchStatus, RunStopReason};
+use subflow_runtime::output::RunOutput;
 use subflow_runtime::runtime::RuntimeConfig;
 use subflow_runtime::subagent::ExecutionSpec;
 use subflow_store::batches::{BatchQuery, BatchScope, ItemQuery, NewBatch, NewItem};
@@ -157,6 +158,47 @@ async fn slash_batch_submits_one_keyed_item_per_line_and_the_lead_reports_the_ba
             ("item-2", "Summarise chapter 2", BatchItemStatus::Pending)
         ]
     );
+    // The items are stored once, in the batch: the lead's call, its `llm.ai.response`
+    // record and its stream frames name the batch instead.
+    let call = result
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Ai(ai) => ai.tool_calls.iter().find(|c| c.name == "batch_task"),
+            _ => None,
+        })
+        .expect("the lead's batch_task call");
+    assert_eq!(
+        call.args["items"],
+        json!({"batch_id": id, "total_items": 2})
+    );
+    assert_eq!(call.args["subagent_type"], "general-purpose");
+    let responses: Vec<String> = h
+        .events("t1", "r1")
+        .await
+        .into_iter()
+        .filter(|e| e.event_type == "llm.ai.response")
+        .map(|e| e.content.to_string())
+        .collect();
+    assert!(responses.iter().any(|r| r.contains(id)), "{responses:?}");
+    let model_frames: Vec<String> = outputs
+        .iter()
+        .filter_map(|output| match output {
+            RunOutput::Message {
+                message,
+                node: "model",
+            } => Some(message.to_string()),
+            RunOutput::Update(update) if update.get("model").is_some() => Some(update.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        model_frames.iter().any(|f| f.contains(id)),
+        "{model_frames:?}"
+    );
+    for written in responses.iter().chain(&model_frames) {
+        assert!(!written.contains("Summarise chapter"), "{written}");
+    }
     // A submission is no delegation: no task events, and the lead answers at once.
     assert!(custom_payloads(&outputs).is_empty());
     let Some(Message::Ai(last)) = result.messages.last() else {

@@ -38,6 +38,7 @@ fn item(prompt: &str) -> DetachedExecution {
             ("batch_id".into(), "subagent-batch-1".into()),
             ("item_key".into(), "item-1".into()),
         ],
+        batch_spent: None,
     }
 }
 
@@ -70,14 +71,7 @@ async fn a_detached_execution_works_in_the_thread_workspace_and_leaves_no_run_be
     assert_eq!(report.result.as_deref(), Some("All done"));
     assert_eq!((report.error, report.stop_reason), (None, None));
     assert_eq!(report.model_name, "scripted");
-    assert_eq!(
-        report.usage,
-        Some(TokenUsage {
-            input_tokens: 30,
-            output_tokens: 10,
-            total_tokens: 40
-        })
-    );
+    assert_eq!(report.usage, Some(TokenUsage::new(30, 10, 40)));
     let written = h._dir.path().join("workspaces/t1/out.md");
     assert_eq!(std::fs::read_to_string(written).unwrap(), "found");
 

@@ -16,6 +16,10 @@ const ACTIVITY: &str = "SELECT i.batch_id, i.model_name, COUNT(i.token_usage) AS
      COALESCE(SUM((i.token_usage::jsonb ->> 'input_tokens')::bigint), 0)::bigint AS input, \
      COALESCE(SUM((i.token_usage::jsonb ->> 'output_tokens')::bigint), 0)::bigint AS output, \
      COALESCE(SUM((i.token_usage::jsonb ->> 'total_tokens')::bigint), 0)::bigint AS total, \
+     COALESCE(SUM((i.token_usage::jsonb ->> 'cache_read_tokens')::bigint), 0)::bigint \
+         AS cache_read, \
+     COALESCE(SUM((i.token_usage::jsonb ->> 'cache_write_tokens')::bigint), 0)::bigint \
+         AS cache_write, \
      COUNT(*) FILTER (WHERE i.status IN ('succeeded', 'failed') AND i.completed_at >= $4) \
          AS recent, \
      MIN(COALESCE(i.started_at, i.completed_at)) \
@@ -57,6 +61,8 @@ pub(super) async fn batch_activity(
                     input_tokens: get(row, "input")?,
                     output_tokens: get(row, "output")?,
                     total_tokens: get(row, "total")?,
+                    cache_read_tokens: get(row, "cache_read")?,
+                    cache_write_tokens: get(row, "cache_write")?,
                 },
                 recent_completions: unsigned(get(row, "recent")?),
                 recent_first_start: get(row, "recent_first_start")?,

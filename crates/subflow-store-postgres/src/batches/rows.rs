@@ -26,7 +26,8 @@ macro_rules! batch_columns {
         "id, thread_id, title, subagent_type, status, total_items, max_live_items, \
          max_running_items, max_attempts, created_at, updated_at, completed_at, pending_count, \
          queued_count, leased_count, running_count, succeeded_count, failed_count, \
-         cancelled_count, user_id, run_id, tool_call_id, submission_key, execution_spec"
+         cancelled_count, user_id, run_id, tool_call_id, submission_key, pause_reason, \
+         budget_level, execution_spec"
     };
 }
 
@@ -94,6 +95,8 @@ pub(super) fn batch_from_row(row: &PgRow) -> Result<BatchRecord> {
         run_id: get(row, "run_id")?,
         tool_call_id: get(row, "tool_call_id")?,
         submission_key: get(row, "submission_key")?,
+        pause_reason: get(row, "pause_reason")?,
+        budget_level: small(row, "budget_level")?,
         execution_spec: codec::json(
             "subagent_batches.execution_spec",
             get(row, "execution_spec")?,
@@ -300,7 +303,8 @@ impl BatchRows for PgRows<'_> {
         sqlx::query(
             "UPDATE subagent_batches SET status = $1, updated_at = $2, completed_at = $3, \
          pending_count = $4, queued_count = $5, leased_count = $6, running_count = $7, \
-         succeeded_count = $8, failed_count = $9, cancelled_count = $10 WHERE id = $11",
+         succeeded_count = $8, failed_count = $9, cancelled_count = $10, pause_reason = $11, \
+         budget_level = $12 WHERE id = $13",
         )
         .bind(batch.status.as_str())
         .bind(&batch.updated_at)
@@ -312,6 +316,8 @@ impl BatchRows for PgRows<'_> {
         .bind(c.succeeded as i64)
         .bind(c.failed as i64)
         .bind(c.cancelled as i64)
+        .bind(&batch.pause_reason)
+        .bind(i64::from(batch.budget_level))
         .bind(&batch.id)
         .execute(&mut *self.conn)
         .await

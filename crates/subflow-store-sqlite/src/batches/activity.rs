@@ -17,6 +17,8 @@ const ACTIVITY: &str = "SELECT i.batch_id, i.model_name, COUNT(i.token_usage), \
      COALESCE(SUM(json_extract(i.token_usage, '$.input_tokens')), 0), \
      COALESCE(SUM(json_extract(i.token_usage, '$.output_tokens')), 0), \
      COALESCE(SUM(json_extract(i.token_usage, '$.total_tokens')), 0), \
+     COALESCE(SUM(json_extract(i.token_usage, '$.cache_read_tokens')), 0), \
+     COALESCE(SUM(json_extract(i.token_usage, '$.cache_write_tokens')), 0), \
      COALESCE(SUM(i.status IN ('succeeded', 'failed') AND i.completed_at >= ?4), 0), \
      MIN(CASE WHEN i.status IN ('succeeded', 'failed') AND i.completed_at >= ?4 \
          THEN COALESCE(i.started_at, i.completed_at) END) \
@@ -55,9 +57,11 @@ pub(super) async fn batch_activity(
                             input_tokens: row.get(3).db()?,
                             output_tokens: row.get(4).db()?,
                             total_tokens: row.get(5).db()?,
+                            cache_read_tokens: row.get(6).db()?,
+                            cache_write_tokens: row.get(7).db()?,
                         },
-                        recent_completions: unsigned(row.get(6).db()?),
-                        recent_first_start: row.get(7).db()?,
+                        recent_completions: unsigned(row.get(8).db()?),
+                        recent_first_start: row.get(9).db()?,
                     })
                 },
             )

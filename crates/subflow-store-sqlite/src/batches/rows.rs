@@ -17,7 +17,8 @@ macro_rules! batch_columns {
             "id, thread_id, title, subagent_type, status, total_items, max_live_items, \
              max_running_items, max_attempts, created_at, updated_at, completed_at, \
              pending_count, queued_count, leased_count, running_count, succeeded_count, \
-             failed_count, cancelled_count, user_id, run_id, tool_call_id, submission_key, ",
+             failed_count, cancelled_count, user_id, run_id, tool_call_id, submission_key, \
+             pause_reason, budget_level, ",
             $spec
         )
     };
@@ -63,7 +64,9 @@ pub(super) fn decode_batch(row: &Row<'_>) -> Result<BatchRecord> {
         run_id: row.get(20).db()?,
         tool_call_id: row.get(21).db()?,
         submission_key: row.get(22).db()?,
-        execution_spec: match row.get::<_, Option<String>>(23).db()? {
+        pause_reason: row.get(23).db()?,
+        budget_level: row.get(24).db()?,
+        execution_spec: match row.get::<_, Option<String>>(25).db()? {
             Some(spec) => codec::json("subagent_batch_specs.execution_spec", &spec)?,
             // Every batch has its spec: only BATCH_STATE_COLUMNS reads none.
             None => serde_json::Value::Null,
@@ -161,7 +164,8 @@ fn write_batch(conn: &Connection, batch: &BatchRecord) -> Result<()> {
     conn.prepare_cached(
         "UPDATE subagent_batches SET status = ?, updated_at = ?, completed_at = ?, \
          pending_count = ?, queued_count = ?, leased_count = ?, running_count = ?, \
-         succeeded_count = ?, failed_count = ?, cancelled_count = ? WHERE id = ?",
+         succeeded_count = ?, failed_count = ?, cancelled_count = ?, pause_reason = ?, \
+         budget_level = ? WHERE id = ?",
     )
     .db()?
     .execute(params![
@@ -175,6 +179,8 @@ fn write_batch(conn: &Connection, batch: &BatchRecord) -> Result<()> {
         c.succeeded as i64,
         c.failed as i64,
         c.cancelled as i64,
+        batch.pause_reason,
+        batch.budget_level,
         batch.id
     ])
     .db()?;

@@ -75,6 +75,19 @@ impl BatchActivity {
         }
     }
 
+    /// What its items cost at `models`' prices, by the one price function; items on an
+    /// unpriced model count as nothing.
+    pub fn spent(&self, models: &[subflow_contracts::cost::ModelFacts]) -> f64 {
+        self.by_model
+            .iter()
+            .filter_map(|group| {
+                let model = group.model_name.as_deref()?;
+                subflow_contracts::cost::priced(models, model, &group.usage.tokens())
+            })
+            .map(|(_, _, cost)| cost)
+            .sum()
+    }
+
     /// The activity of `batch_id` among `activities`, else [`BatchActivity::empty`].
     pub fn find(activities: &[BatchActivity], batch_id: &str) -> Self {
         activities
@@ -147,6 +160,8 @@ pub fn fold_activity(rows: impl IntoIterator<Item = ActivityRow>) -> Vec<BatchAc
         model.usage.input_tokens += row.usage.input_tokens;
         model.usage.output_tokens += row.usage.output_tokens;
         model.usage.total_tokens += row.usage.total_tokens;
+        model.usage.cache_read_tokens += row.usage.cache_read_tokens;
+        model.usage.cache_write_tokens += row.usage.cache_write_tokens;
     }
     batches.into_values().collect()
 }
@@ -170,6 +185,8 @@ mod tests {
                 input_tokens: 10 * items as i64,
                 output_tokens: items as i64,
                 total_tokens: 11 * items as i64,
+                cache_read_tokens: 4 * items as i64,
+                cache_write_tokens: items as i64,
             },
             recent_completions: recent,
             recent_first_start: start.map(str::to_owned),
@@ -198,6 +215,13 @@ mod tests {
         assert_eq!(b.by_model[0].model_name, None);
         assert_eq!(b.by_model[1].items, 3);
         assert_eq!(b.by_model[1].usage.total_tokens, 33);
+        assert_eq!(
+            (
+                b.by_model[1].usage.cache_read_tokens,
+                b.by_model[1].usage.cache_write_tokens
+            ),
+            (12, 3)
+        );
         assert_eq!(
             BatchActivity::find(&folded, "zz"),
             BatchActivity::empty("zz")

@@ -302,11 +302,27 @@ pub fn pause(batch: &mut BatchRecord, now: &Now) -> bool {
     true
 }
 
+/// A money budget's progress: the level rises to `level`, and `pause` pauses a `queued`
+/// or `running` batch with `pause_reason` `budget`; false when nothing changed.
+pub fn budget(batch: &mut BatchRecord, now: &Now, level: u32, pause: bool) -> bool {
+    let raised = level > batch.budget_level;
+    batch.budget_level = batch.budget_level.max(level);
+    let paused = pause && self::pause(batch, now);
+    if paused {
+        batch.pause_reason = Some(PAUSE_BUDGET.to_owned());
+    }
+    raised || paused
+}
+
+/// The `pause_reason` of a batch its budget paused.
+pub const PAUSE_BUDGET: &str = "budget";
+
 /// Resume: `paused` → `queued`; false (a no-op) otherwise.
 pub fn resume(batch: &mut BatchRecord, now: &Now) -> bool {
     if batch.status != BatchStatus::Paused {
         return false;
     }
+    batch.pause_reason = None;
     batch.status = BatchStatus::Queued;
     batch.updated_at = now.stamp.clone();
     true

@@ -133,6 +133,24 @@ pub async fn control(
     Ok(Some(batch))
 }
 
+/// Records a scoped batch's budget progress (see `Store::mark_budget`).
+pub async fn mark_budget(
+    rows: &mut impl BatchRows,
+    scope: &BatchScope,
+    batch_id: &str,
+    level: u32,
+    pause: bool,
+) -> Result<Option<(BatchRecord, u32)>> {
+    let Some((mut batch, now)) = lock_scoped(rows, scope, batch_id).await? else {
+        return Ok(None);
+    };
+    let previous = batch.budget_level;
+    if machine::budget(&mut batch, &now, level, pause) {
+        rows.write_batch(&batch).await?;
+    }
+    Ok(Some((batch, previous)))
+}
+
 /// Cancels a scoped batch and its unfinished items.
 pub async fn cancel(
     rows: &mut impl BatchRows,

@@ -262,6 +262,7 @@ pub async fn runs_keep_their_first_terminal_status_and_usage(store: Arc<dyn Stor
                     output_tokens: 200,
                     total_tokens: 1000,
                     cache_read_tokens: Some(300),
+                    cache_write_tokens: None,
                 },
             ),
             (
@@ -271,6 +272,7 @@ pub async fn runs_keep_their_first_terminal_status_and_usage(store: Arc<dyn Stor
                     output_tokens: 100,
                     total_tokens: 200,
                     cache_read_tokens: None,
+                    cache_write_tokens: Some(40),
                 },
             ),
         ]

@@ -218,6 +218,22 @@ impl BatchStore for MemoryStore {
         }))
     }
 
+    async fn mark_budget(
+        &self,
+        scope: &BatchScope,
+        batch_id: &str,
+        level: u32,
+        pause: bool,
+    ) -> Result<Option<(BatchRecord, u32)>> {
+        let now = self.batch_now();
+        let mut tables = self.batches.lock();
+        Ok(tables.scoped(scope, batch_id).map(|stored| {
+            let previous = stored.batch.budget_level;
+            machine::budget(&mut stored.batch, &now, level, pause);
+            (stored.batch.clone(), previous)
+        }))
+    }
+
     async fn resume_batch(
         &self,
         scope: &BatchScope,

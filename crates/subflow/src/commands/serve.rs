@@ -10,7 +10,6 @@ use std::time::Duration;
 use anyhow::Context;
 use subflow_gateway::server::ConnectionTimeouts;
 use subflow_gateway::stream::StreamConfig;
-use subflow_gateway::usage::{ModelFacts, Price};
 use subflow_gateway::{AppOptions, BatchFeatures, ModelListing};
 use subflow_store::Store;
 
@@ -47,28 +46,6 @@ fn listings(config: &Config) -> Vec<ModelListing> {
         .collect()
 }
 
-/// Context windows and prices for `/token-usage`, the lead's model first.
-fn facts(config: &Config) -> Vec<ModelFacts> {
-    let lead = config.lead_model().name.clone();
-    let mut facts: Vec<ModelFacts> = config
-        .models
-        .iter()
-        .map(|m| ModelFacts {
-            name: m.name.clone(),
-            model: m.model_id().to_owned(),
-            context_window: m.context_window,
-            pricing: m.pricing.as_ref().map(|p| Price {
-                currency: p.currency.clone(),
-                input_per_million: p.input_per_million,
-                output_per_million: p.output_per_million,
-                input_cache_hit_per_million: p.input_cache_hit_per_million,
-            }),
-        })
-        .collect();
-    facts.sort_by_key(|f| f.name != lead);
-    facts
-}
-
 /// The gateway's options as `config` sets them, on `store` with its data in `data_dir`,
 /// with the in-process batch worker unless `no_worker` or `subagent_batches.enabled =
 /// false`: everything `serve` runs, decided in one place.
@@ -90,7 +67,7 @@ fn app_options(
         Some(process::worker_options(config))
     };
     AppOptions {
-        model_facts: facts(config),
+        model_facts: process::model_facts(config),
         token_usage_enabled: config.token_usage.enabled,
         run_timeout: Duration::from_secs(config.runs.timeout_seconds),
         heartbeat: Duration::from_secs(config.streams.heartbeat_seconds),
@@ -120,6 +97,7 @@ fn app_options(
         environment: config.tracing.environment.clone(),
         export_timeout: Duration::from_secs(config.tracing.export_timeout_seconds),
         worker,
+        budgets: config.budgets.clone(),
         ..AppOptions::new(runtime, listings(config))
     }
 }

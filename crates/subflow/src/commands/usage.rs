@@ -1,7 +1,9 @@
 //! `subflow usage THREAD [--json]` (docs/workspace.md#in-the-terminal): a thread's token usage and cost from
 //! `GET /api/threads/{id}/token-usage` — totals, `by_caller`, `by_model` with a cost
 //! column, the cost total and currency, what stopped runs and batch items spent beside
-//! them, and the context usage. `--json` prints the response unchanged.
+//! them, and the context usage. `subflow usage --all [--since 7d] [--by day|model|…]`
+//! prints `GET /api/usage` (docs/usage-and-cost.md#usage-across-threads) as a table of groups. `--json` prints
+//! the response unchanged.
 
 use std::fmt::Write as _;
 
@@ -14,7 +16,19 @@ use super::client::{Client, ClientArgs, encode};
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The thread.
-    thread: String,
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    thread: Option<String>,
+    /// Usage across every thread of yours (every user's with an admin token).
+    #[arg(long)]
+    all: bool,
+    /// With --all: how far back, as a number of days (`7d`) or hours (`24h`); 30d when
+    /// not given.
+    #[arg(long, value_parser = since)]
+    since: Option<time::Duration>,
+    /// With --all: group by `day` (when not given), `model`, `caller`, `thread` or
+    /// `user`.
+    #[arg(long, value_parser = ["day", "model", "caller", "thread", "user"])]
+    by: Option<String>,
     /// Print the gateway's response unchanged.
     #[arg(long)]
     json: bool,
@@ -22,13 +36,49 @@ pub struct Args {
     client: ClientArgs,
 }
 
+/// `7d` or `24h`: a positive whole number of days or hours.
+fn since(text: &str) -> Result<time::Duration, String> {
+    let (number, unit) = text.split_at(text.len().saturating_sub(1));
+    let amount: i64 = number.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+        format!("expected a number of days or hours such as 7d or 24h, got {text:?}")
+    })?;
+    match unit {
+        "d" => Ok(time::Duration::days(amount)),
+        "h" => Ok(time::Duration::hours(amount)),
+        _ => Err(format!(
+            "expected a number of days or hours such as 7d or 24h, got {text:?}"
+        )),
+    }
+}
+
 /// Runs `subflow usage`.
 pub async fn run(args: Args) -> anyhow::Result<()> {
-    super::client::thread_arg(&args.thread)?;
+    if !args.all && (args.since.is_some() || args.by.is_some()) {
+        return Err(super::UsageError(
+            "--since and --by go with --all; a thread's usage covers all of its runs".to_owned(),
+        )
+        .into());
+    }
     let client = Client::new(&args.client)?;
+    let Some(thread) = &args.thread else {
+        let from = time::OffsetDateTime::now_utc() - args.since.unwrap_or(time::Duration::days(30));
+        let from = from
+            .format(&time::format_description::well_known::Rfc3339)
+            .map_err(|error| anyhow::anyhow!("--since reaches too far back: {error}"))?;
+        let by = args.by.as_deref().unwrap_or("day");
+        let path = format!("/api/usage?from={}&group_by={by}", encode(&from));
+        let body = client.get_text(&path).await?;
+        if args.json {
+            outln!("{body}")?;
+        } else {
+            out!("{}", across(&serde_json::from_str(&body)?))?;
+        }
+        return Ok(());
+    };
+    super::client::thread_arg(thread)?;
     // `/token-usage` reads an unknown thread as empty; a thread the user names must exist.
-    client.thread(&args.thread).await?;
-    let path = format!("/api/threads/{}/token-usage", encode(&args.thread));
+    client.thread(thread).await?;
+    let path = format!("/api/threads/{}/token-usage", encode(thread));
     let body = client.get_text(&path).await?;
     if args.json {
         outln!("{body}")?;
@@ -141,16 +191,7 @@ fn report(usage: &Value) -> String {
         .get("batches")
         .filter(|b| b["items"].as_u64() > Some(0))
     {
-        let cost = batches["cost"].as_object().map_or_else(
-            || "no price".to_owned(),
-            |cost| {
-                format!(
-                    "{} {}",
-                    money(&cost["total"]),
-                    cost["currency"].as_str().unwrap_or("")
-                )
-            },
-        );
+        let cost = section_cost(batches);
         let _ = writeln!(
             out,
             "Batches   {} items · {} tokens · {cost} (not in the totals)",
@@ -183,10 +224,128 @@ fn report(usage: &Value) -> String {
     out
 }
 
+/// A section's cost as `0.001234 USD`, or `—`.
+fn section_cost(section: &Value) -> String {
+    section["cost"].as_object().map_or_else(
+        || "—".to_owned(),
+        |cost| {
+            format!(
+                "{} {}",
+                money(&cost["total"]),
+                cost["currency"].as_str().unwrap_or("")
+            )
+        },
+    )
+}
+
+/// The human-readable report of a `/api/usage` response: one line per group (counted
+/// runs, their tokens and cost, then what stopped runs and batch items spent), then the
+/// sections' totals.
+fn across(report: &Value) -> String {
+    let mut out = String::new();
+    let by = report["group_by"].as_str().unwrap_or("day");
+    let whose = report["user_id"]
+        .as_str()
+        .map_or_else(|| "every user".to_owned(), |user| format!("user {user}"));
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        out,
+        "Usage of {whose} from {} to {}, by {by}",
+        report["from"].as_str().unwrap_or("?"),
+        report["to"].as_str().unwrap_or("?")
+    );
+    let groups = report["groups"].as_array().cloned().unwrap_or_default();
+    let width = groups
+        .iter()
+        .filter_map(|g| g["key"].as_str())
+        .map(|key| key.chars().count())
+        .max()
+        .unwrap_or(0)
+        .max(by.len());
+    let _ = writeln!(
+        out,
+        "  {by:<width$}  {:>6}  {:>12}  {:>18}  {:>12}  {:>12}",
+        "runs", "tokens", "cost", "stopped", "batches"
+    );
+    for group in &groups {
+        let _ = writeln!(
+            out,
+            "  {:<width$}  {:>6}  {:>12}  {:>18}  {:>12}  {:>12}",
+            group["key"].as_str().unwrap_or("?"),
+            count(&group["counted"]["runs"]),
+            count(&group["counted"]["total_tokens"]),
+            section_cost(&group["counted"]),
+            count(&group["stopped_runs"]["total_tokens"]),
+            count(&group["batches"]["total_tokens"]),
+        );
+    }
+    if report["truncated"] == Value::Bool(true) {
+        let _ = writeln!(out, "  (only the first 1,000 groups are listed)");
+    }
+    let counted = &report["counted"];
+    let _ = writeln!(
+        out,
+        "Counted   {} runs · {} tokens · {}",
+        count(&counted["runs"]),
+        count(&counted["total_tokens"]),
+        section_cost(counted)
+    );
+    let stopped = &report["stopped_runs"];
+    let _ = writeln!(
+        out,
+        "Stopped   {} runs · {} tokens · {}",
+        count(&stopped["runs"]),
+        count(&stopped["total_tokens"]),
+        section_cost(stopped)
+    );
+    let batches = &report["batches"];
+    let _ = writeln!(
+        out,
+        "Batches   {} items · {} tokens · {}",
+        count(&batches["items"]),
+        count(&batches["total_tokens"]),
+        section_cost(batches)
+    );
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn since_reads_days_and_hours_only() {
+        assert_eq!(since("7d"), Ok(time::Duration::days(7)));
+        assert_eq!(since("24h"), Ok(time::Duration::hours(24)));
+        for bad in ["0d", "7", "d", "-1d", "2w", ""] {
+            assert!(since(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_report_across_threads_lists_groups_then_the_three_sections() {
+        let cost = json!({"currency": "USD", "total": 0.0044, "by_model": {"m": 0.0044}});
+        let runs = |runs: u64, tokens: u64, cost: &Value| {
+            json!({"runs": runs, "total_tokens": tokens, "total_input_tokens": tokens,
+                   "total_output_tokens": 0, "cost": cost})
+        };
+        let report = json!({"from": "2026-11-03T00:00:00.000000Z", "to": "2026-12-03T00:00:00.000000Z",
+            "group_by": "day", "user_id": null, "truncated": false,
+            "groups": [{"key": "2026-12-01", "counted": runs(2, 2200, &cost), "stopped_runs": runs(0, 0, &Value::Null),
+                        "batches": {"items": 3, "total_tokens": 300, "cost": null}}],
+            "counted": runs(2, 2200, &cost), "stopped_runs": runs(0, 0, &Value::Null),
+            "batches": {"items": 3, "total_tokens": 300, "cost": null}});
+        let expected = "\
+Usage of every user from 2026-11-03T00:00:00.000000Z to 2026-12-03T00:00:00.000000Z, by day
+  day           runs        tokens                cost       stopped       batches
+  2026-12-01       2         2,200        0.004400 USD             0           300
+Counted   2 runs · 2,200 tokens · 0.004400 USD
+Stopped   0 runs · 0 tokens · —
+Batches   3 items · 300 tokens · —
+";
+        assert_eq!(across(&report), expected);
+    }
 
     #[test]
     fn the_report_lists_totals_callers_models_with_cost_and_context() {

@@ -50,7 +50,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         built.observers,
         &data_dir,
     )
-    .build();
+    .build()
+    .with_budgets(subflow_gateway::budgets::budgets(
+        config.budgets.clone(),
+        store.clone(),
+        &process::model_facts(&config),
+    ));
     // No HTTP here, so nothing scrapes the registry; the runtime and worker count into
     // it all the same, and the exporters report their drops there.
     let metrics = Arc::new(Metrics::new(
@@ -65,7 +70,12 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     )
     .context("starting a span exporter")?;
     let worker = process::worker_options(&config)
-        .worker(store, runtime.clone(), metrics)
+        .worker(
+            store,
+            runtime.clone(),
+            metrics,
+            process::model_facts(&config),
+        )
         .context("starting the batch worker")?;
     eprintln!(
         "subflow: batch worker {} on database {}",

@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Deserializer};
 use subflow_runtime::admission::AdmissionConfig;
+use subflow_runtime::budget::BudgetsConfig;
 use subflow_runtime::guards::{LoopDetectionConfig, TokenBudgetConfig};
 use subflow_runtime::subagent::SubagentDefinition;
 
@@ -76,6 +77,8 @@ pub struct Config {
     pub loop_detection: LoopDetectionConfig,
     /// `token_budget.*` (docs/events.md#other-guards).
     pub token_budget: TokenBudgetConfig,
+    /// `budgets.*`: money budgets (docs/usage-and-cost.md#budgets).
+    pub budgets: BudgetsConfig,
     /// `subagent_batches.*` (docs/batches.md#configuration).
     pub subagent_batches: SubagentBatchesConfig,
     /// `observers.*`.
@@ -106,6 +109,7 @@ impl Default for Config {
             models: vec![ModelConfig::default_scripted()],
             loop_detection: LoopDetectionConfig::default(),
             token_budget: TokenBudgetConfig::default(),
+            budgets: BudgetsConfig::default(),
             subagent_batches: SubagentBatchesConfig::default(),
             observers: ObserversConfig::default(),
             metrics: MetricsConfig::default(),
@@ -546,6 +550,9 @@ pub struct Pricing {
     /// Price of cached input; `input_per_million` when absent.
     #[serde(default)]
     pub input_cache_hit_per_million: Option<f64>,
+    /// Price of input written to the cache; `input_per_million` when absent.
+    #[serde(default)]
+    pub input_cache_write_per_million: Option<f64>,
 }
 
 fn default_currency() -> String {

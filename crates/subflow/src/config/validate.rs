@@ -57,6 +57,7 @@ impl Config {
         self.token_budget
             .validate()
             .map_err(ConfigError::from_component)?;
+        self.validate_budgets()?;
         validate_batches(&self.subagent_batches)?;
         for (index, webhook) in self.observers.webhooks.iter().enumerate() {
             let key = format!("observers.webhooks[{index}]");
@@ -64,6 +65,36 @@ impl Config {
             if let Some(name) = &webhook.secret_env {
                 not_empty(&format!("{key}.secret_env"), name)?;
             }
+        }
+        Ok(())
+    }
+
+    /// `budgets.*`: positive limits, ascending warn fractions, and amounts in one
+    /// currency, so every priced model must price in the same one.
+    fn validate_budgets(&self) -> Result<(), ConfigError> {
+        self.budgets
+            .validate()
+            .map_err(ConfigError::from_component)?;
+        if !self.budgets.any() {
+            return Ok(());
+        }
+        let mut currencies: Vec<String> = self
+            .models
+            .iter()
+            .filter_map(|m| m.pricing.as_ref())
+            .filter(|p| p.input_per_million > 0.0 || p.output_per_million > 0.0)
+            .map(|p| p.currency.to_uppercase())
+            .collect();
+        currencies.sort();
+        currencies.dedup();
+        if currencies.len() > 1 {
+            return Err(ConfigError::at(
+                "budgets",
+                format!(
+                    "budgets: amounts are in one currency, but the models are priced in {}; price every model in one currency",
+                    currencies.join(" and ")
+                ),
+            ));
         }
         Ok(())
     }
@@ -231,6 +262,10 @@ fn validate_model(key: &str, model: &ModelConfig) -> Result<(), ConfigError> {
             (
                 "input_cache_hit_per_million",
                 pricing.input_cache_hit_per_million,
+            ),
+            (
+                "input_cache_write_per_million",
+                pricing.input_cache_write_per_million,
             ),
         ] {
             if let Some(price) = price

@@ -9,50 +9,24 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::batches::{Process, serve};
+use crate::batches::{Process, client, get, scripted_config, serve};
 
 /// Subagents answer "done", fail on prompts with "Fail", and take a minute on prompts
 /// with "Slow"; the model is priced, so batches have a cost.
 fn write_config(dir: &Path) -> String {
-    let script = dir.join("script.json");
-    let rules = json!({"rules": [
+    let rules = json!([
         {"agent": "subagent:general-purpose", "contains": "Fail", "turns": [{"error": "boom"}]},
         {"agent": "subagent:general-purpose", "contains": "Slow", "turns": [{"text": "late", "delay_ms": 60_000}]},
         {"agent": "subagent:general-purpose", "turns": [{"text": "done"}]}
-    ]});
-    std::fs::write(&script, rules.to_string()).unwrap();
-    let config = format!(
-        r#"[database]
-url = "sqlite://{db}"
-
-[logging]
-level = "warn"
-
-[[models]]
-name = "scripted"
-provider = "scripted"
-model = "scripted-1"
-script = "{script}"
-demo_delay_ms = 0
-
-[models.pricing]
-currency = "USD"
-input_per_million = 2.0
-output_per_million = 8.0
-
-[subagent_batches]
-poll_interval_seconds = 0.1
-
-[tools]
-workspace_root = "{workspaces}"
-"#,
-        db = dir.join("subflow.db").display(),
-        script = script.display(),
-        workspaces = dir.join("workspaces").display(),
-    );
-    let path = dir.join("subflow.toml");
-    std::fs::write(&path, config).unwrap();
-    path.display().to_string()
+    ]);
+    let database = format!("sqlite://{}", dir.join("subflow.db").display());
+    scripted_config(
+        dir,
+        &database,
+        &rules,
+        "[models.pricing]\ncurrency = \"USD\"\ninput_per_million = 2.0\noutput_per_million = 8.0\n\n\
+         [subagent_batches]\npoll_interval_seconds = 0.1\n",
+    )
 }
 
 /// `subflow batches ARGS…` against the gateway at `address`, to completion.
@@ -81,40 +55,22 @@ fn json_of(output: &Output) -> Value {
     serde_json::from_slice(&output.stdout).expect("--json prints JSON")
 }
 
-fn http() -> reqwest::Client {
-    reqwest::Client::builder().no_proxy().build().unwrap()
-}
-
 /// Runs `/batch` over `prompts` on thread `t1`; returns the new batch's id.
 async fn submit(address: &str, prompts: &[&str]) -> String {
     let prompt = format!("/batch general-purpose\n{}", prompts.join("\n"));
-    let response = http()
+    let response = client()
         .post(format!("http://{address}/api/threads/t1/runs/wait"))
         .json(&json!({"input": {"messages": [{"role": "user", "content": prompt}]}}))
         .send()
         .await
         .unwrap();
     assert_eq!(response.status(), 200);
-    let batches: Value = http()
-        .get(format!("http://{address}/api/threads/t1/subagent-batches"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let batches = get(address, "/api/threads/t1/subagent-batches").await;
     batches[0]["id"].as_str().unwrap().to_owned()
 }
 
 async fn batch(address: &str, id: &str) -> Value {
-    http()
-        .get(format!("http://{address}/api/subagent-batches/{id}"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    get(address, &format!("/api/subagent-batches/{id}")).await
 }
 
 fn start(dir: &Path) -> (Process, String) {
@@ -152,7 +108,7 @@ async fn watch_exits_0_once_completed_and_export_list_and_show_print_what_the_ap
 
     let exported = batches(&address, &["export", &id]);
     assert!(exported.status.success());
-    let direct = http()
+    let direct = client()
         .get(format!(
             "http://{address}/api/threads/t1/subagent-batches/{id}/results.jsonl"
         ))

@@ -22,10 +22,26 @@ const POLL_SECONDS: f64 = 0.2;
 /// A configuration whose subagents answer "done" after `delay_ms`, with a short lease,
 /// eight items of a batch running at once and four slots per process.
 fn write_config(dir: &Path, delay_ms: u64, database_url: &str) -> String {
+    let rules = json!([{"agent": "subagent:general-purpose",
+        "turns": [{"text": "done", "delay_ms": delay_ms}]}]);
+    let sections = format!(
+        "[subagent_runtime]\nmax_running = 4\n\n[subagent_batches]\nlease_seconds = {LEASE_SECONDS}\n\
+         poll_interval_seconds = {POLL_SECONDS}\ndefault_max_running_items = 8\n"
+    );
+    scripted_config(dir, database_url, &rules, &sections)
+}
+
+/// `subflow.toml` in `dir`: the scripted model following `rules` (written beside it as
+/// `script.json`) on `database_url`, warnings only, workspaces under `dir`, and the TOML
+/// `sections` after the model (a `[models.pricing]` first prices it). Returns its path.
+pub(crate) fn scripted_config(
+    dir: &Path,
+    database_url: &str,
+    rules: &Value,
+    sections: &str,
+) -> String {
     let script = dir.join("script.json");
-    let rules = json!({"rules": [{"agent": "subagent:general-purpose",
-        "turns": [{"text": "done", "delay_ms": delay_ms}]}]});
-    std::fs::write(&script, rules.to_string()).unwrap();
+    std::fs::write(&script, json!({ "rules": rules }).to_string()).unwrap();
     let config = format!(
         r#"[database]
 url = "{database_url}"
@@ -40,14 +56,7 @@ model = "scripted-1"
 script = "{script}"
 demo_delay_ms = 0
 
-[subagent_runtime]
-max_running = 4
-
-[subagent_batches]
-lease_seconds = {LEASE_SECONDS}
-poll_interval_seconds = {POLL_SECONDS}
-default_max_running_items = 8
-
+{sections}
 [tools]
 workspace_root = "{workspaces}"
 "#,
@@ -67,7 +76,10 @@ pub(crate) struct Process {
 }
 
 impl Process {
-    fn drain(mut child: Child, rest: impl Iterator<Item = String> + Send + 'static) -> Process {
+    pub(crate) fn drain(
+        mut child: Child,
+        rest: impl Iterator<Item = String> + Send + 'static,
+    ) -> Process {
         let lines = Arc::new(Mutex::new(Vec::new()));
         let sink = lines.clone();
         std::thread::spawn(move || {
@@ -143,7 +155,8 @@ fn worker(dir: &Path, config: &str) -> (Process, String) {
     (Process::drain(child, lines.map_while(Result::ok)), id)
 }
 
-fn client() -> reqwest::Client {
+/// An HTTP client that never goes through a proxy.
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder().no_proxy().build().unwrap()
 }
 
@@ -162,7 +175,8 @@ async fn submit(address: &str, items: usize) -> String {
     batches[0]["id"].as_str().unwrap().to_owned()
 }
 
-async fn get(address: &str, path: &str) -> Value {
+/// `GET http://{address}{path}` as JSON.
+pub(crate) async fn get(address: &str, path: &str) -> Value {
     client()
         .get(format!("http://{address}{path}"))
         .send()

@@ -216,6 +216,43 @@ fn tail_prints_a_json_line_per_card_change_until_the_run_succeeds() {
     assert!(text.starts_with("Thread tailed: 1 counted run\n"), "{text}");
     assert!(text.contains("model") && text.contains("cost"), "{text}");
     assert!(text.contains("scripted-1"), "{text}");
+
+    // `usage --all`: every thread of the user, grouped; the totals equal the thread's.
+    let all = client(&address, &["usage", "--all", "--json"]);
+    assert_eq!(all.status.code(), Some(0));
+    let all: Value = serde_json::from_slice(&all.stdout).unwrap();
+    let thread: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(all["group_by"], "day");
+    assert_eq!(all["counted"]["runs"], thread["total_runs"]);
+    assert_eq!(all["counted"]["total_tokens"], thread["total_tokens"]);
+    assert_eq!(all["counted"]["cost"], thread["cost"]);
+    let table = client(
+        &address,
+        &["usage", "--all", "--since", "2d", "--by", "thread"],
+    );
+    let text = String::from_utf8_lossy(&table.stdout);
+    assert_eq!(table.status.code(), Some(0), "{text}");
+    assert!(
+        text.contains(", by thread\n") && text.contains("\n  tailed "),
+        "{text}"
+    );
+    for (args, says) in [
+        (
+            &["usage", "--all", "--since", "3w"][..],
+            "expected a number of days or hours",
+        ),
+        (
+            &["usage", "--all", "--by", "week"][..],
+            "invalid value 'week'",
+        ),
+        (&["usage"][..], "required"),
+        (&["usage", "tailed", "--since", "2d"][..], "--all"),
+    ] {
+        let refused = client(&address, args);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert_eq!(refused.status.code(), Some(2), "{args:?}: {stderr}");
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+    }
 }
 
 /// Joining a run that has ended prints each card once, final: no first line that says

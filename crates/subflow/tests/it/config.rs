@@ -265,6 +265,7 @@ fn every_key_is_documented_in_the_example() {
         ),
         ("loop_detection", "[loop_detection]"),
         ("token_budget", "[token_budget]"),
+        ("budgets", "[budgets]"),
         ("subagent_batches", "[subagent_batches]"),
         ("observers", "[observers]"),
         ("observers.webhooks[0]", "[[observers.webhooks]]\nurl = 'x'"),
@@ -625,8 +626,24 @@ fn each_validation_rule_names_its_key() {
             "models[0].pricing.input_per_million must be a number >= 0, got -1",
         ),
         (
+            "[[models]]\nname = 'a'\nprovider = 'scripted'\n[models.pricing]\ninput_per_million = 1.0\ninput_cache_write_per_million = -0.5\n",
+            "models[0].pricing.input_cache_write_per_million must be a number >= 0, got -0.5",
+        ),
+        (
             "[lead]\nmodel = 'gpt'\n",
             "lead.model \"gpt\" names no configured model; use one of: scripted",
+        ),
+        (
+            "[budgets]\nrun_max_cost = 0.0\n",
+            "budgets.run_max_cost (0) must be > 0",
+        ),
+        (
+            "[budgets]\nwarn_fractions = [0.9, 0.8]\n",
+            "budgets.warn_fractions ([0.9, 0.8]) must ascend, each above 0 and below 1",
+        ),
+        (
+            "[budgets]\nthread_max_cost = 1.0\n[[models]]\nname = 'a'\nprovider = 'scripted'\n[models.pricing]\ninput_per_million = 1.0\n[[models]]\nname = 'b'\nprovider = 'scripted'\n[models.pricing]\ncurrency = 'EUR'\ninput_per_million = 1.0\n",
+            "budgets: amounts are in one currency, but the models are priced in EUR and USD; price every model in one currency",
         ),
         (
             "[server]\nlisten = '0.0.0.0:8001'\n",

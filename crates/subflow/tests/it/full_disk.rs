@@ -133,7 +133,6 @@ async fn a_run_cancelled_on_a_full_disk_ends_interrupted_once_space_is_freed_and
 const BATCH_ITEMS: usize = 40;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "open fault: in some runs two items stay `running` after the disk is freed and the batch stalls; run with --ignored"]
 async fn a_batch_and_a_run_under_way_when_the_disk_fills_finish_once_it_is_freed() {
     let Some(disk) = SmallDisk::mount() else {
         eprintln!("skipped: mounting a tmpfs needs root, and this test runs as another user");

@@ -3,6 +3,7 @@
 mod admin;
 mod batch_commands;
 mod batches;
+mod budgets;
 mod cli;
 mod client;
 mod config;

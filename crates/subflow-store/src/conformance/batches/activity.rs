@@ -5,11 +5,15 @@ use super::*;
 use crate::batches::activity::ACTIVITY_MAX_BATCHES;
 use crate::batches::{ActivityQuery, BatchActivity, ModelItemUsage};
 
+/// A usage whose cache counts grow with its output, so that sums of them are usages too
+/// and every backend's sum of the cache counts is checked.
 fn usage(input: i64, output: i64) -> ItemUsage {
     ItemUsage {
         input_tokens: input,
         output_tokens: output,
         total_tokens: input + output,
+        cache_read_tokens: 2 * output,
+        cache_write_tokens: output,
     }
 }
 

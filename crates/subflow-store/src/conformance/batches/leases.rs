@@ -229,6 +229,67 @@ pub async fn batches_claims_share_free_slots_across_batches_in_creation_order(
     assert_counts_match(&*store, &b).await;
 }
 
+/// docs/usage-and-cost.md#budgets: `mark_budget` keeps the highest level and returns the
+/// one before, so each crossing is reported once; at the limit it pauses the batch with
+/// `pause_reason` `budget`, which resume clears and a manual pause never sets.
+pub async fn batches_a_budget_level_only_rises_and_its_limit_pauses_with_a_reason(
+    store: Arc<dyn Store>,
+) {
+    let id = submit(&*store, new_batch("a", 3, 3, 3, 3)).await.id;
+    let (marked, before) = store
+        .mark_budget(&owner(), &id, 1, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((before, marked.budget_level), (0, 1));
+    assert_eq!(marked.status, BatchStatus::Queued);
+    let (_, before) = store
+        .mark_budget(&owner(), &id, 1, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        before, 1,
+        "a second worker at the same level reports nothing"
+    );
+    let (lower, before) = store
+        .mark_budget(&owner(), &id, 0, false)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((before, lower.budget_level), (1, 1), "a level never falls");
+    let (stopped, before) = store
+        .mark_budget(&owner(), &id, 3, true)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(before, 1);
+    assert_eq!(stopped.status, BatchStatus::Paused);
+    assert_eq!(stopped.pause_reason.as_deref(), Some("budget"));
+    assert_eq!(batch(&*store, &id).await, stopped, "stored as returned");
+    assert!(
+        pass(&*store, &claim(WORKER, 4, LIVE))
+            .await
+            .claimed
+            .is_empty()
+    );
+    let resumed = store.resume_batch(&owner(), &id).await.unwrap().unwrap();
+    assert_eq!(
+        (resumed.status, resumed.pause_reason, resumed.budget_level),
+        (BatchStatus::Queued, None, 3)
+    );
+    let by_hand = store.pause_batch(&owner(), &id).await.unwrap().unwrap();
+    assert_eq!(
+        (by_hand.status, by_hand.pause_reason),
+        (BatchStatus::Paused, None)
+    );
+    let stranger = BatchScope::user("someone-else");
+    assert_eq!(
+        store.mark_budget(&stranger, &id, 3, true).await.unwrap(),
+        None
+    );
+}
+
 /// docs/batches.md#claim-pass: a paused batch gives no claims; pause applies to queued and
 /// running batches only, resume to paused ones, and the rest are no-ops.
 pub async fn batches_paused_batches_give_no_claims_until_resumed(store: Arc<dyn Store>) {

@@ -48,6 +48,7 @@ macro_rules! batch_conformance_tests {
             batches_admitted_claims_start_running_in_the_pass,
             batches_finish_attempts_write_each_outcome_at_its_index,
             batches_paused_batches_give_no_claims_until_resumed,
+            batches_a_budget_level_only_rises_and_its_limit_pauses_with_a_reason,
             batches_successes_complete_the_batch_with_their_results,
             batches_failures_requeue_until_max_attempts_then_fail_the_batch,
             batches_mixed_outcomes_complete_and_paused_batches_still_finish,
@@ -132,6 +133,8 @@ fn success(text: &str) -> ItemSuccess {
             input_tokens: 10,
             output_tokens: 5,
             total_tokens: 15,
+            cache_read_tokens: 4,
+            cache_write_tokens: 0,
         }),
     }
 }

@@ -457,6 +457,16 @@ impl BatchStore for CountingStore {
         self.write();
         self.inner.pause_batch(scope, id).await
     }
+    async fn mark_budget(
+        &self,
+        scope: &BatchScope,
+        id: &str,
+        level: u32,
+        pause: bool,
+    ) -> StoreResult<Option<(BatchRecord, u32)>> {
+        self.write();
+        self.inner.mark_budget(scope, id, level, pause).await
+    }
     async fn resume_batch(&self, scope: &BatchScope, id: &str) -> StoreResult<Option<BatchRecord>> {
         self.write();
         self.inner.resume_batch(scope, id).await

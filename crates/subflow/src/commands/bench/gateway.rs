@@ -110,6 +110,24 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
             );
         }
     }
+    // `/api/usage` over all 10,000 runs of the ten threads, by day and by model.
+    let mut across = [Vec::new(), Vec::new()];
+    for _ in 0..args.requests {
+        for (samples, by) in across.iter_mut().zip(["day", "model"]) {
+            let started = Instant::now();
+            let body = client
+                .get(format!("{base}/api/usage?group_by={by}"))
+                .send()
+                .await?
+                .bytes()
+                .await?;
+            samples.push(started.elapsed());
+            let body: serde_json::Value = serde_json::from_slice(&body)?;
+            if body["counted"]["runs"] != USAGE_THREADS * RUNS_PER_THREAD {
+                bail!("/api/usage counted {} runs", body["counted"]["runs"]);
+            }
+        }
+    }
     let idle = idle_serve_rss_mb(dir.path()).await?;
     let (http, direct) = (p50(over_http), p50(from_store));
     eprintln!(
@@ -121,6 +139,14 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         "events_http_p50_ms={http:.3} events_store_p50_ms={direct:.3} ratio={:.2} token_usage_p50_ms={usage_http:.3} token_usage_inproc_p50_ms={usage_direct:.3} token_usage_ratio={:.2} serve_idle_rss_mb={idle:.1}",
         http / direct,
         usage_http / usage_direct,
+    );
+    let [by_day, by_model] = across.map(p50);
+    eprintln!(
+        "bench gateway: /api/usage over the 10,000 runs of ten threads, against one thread's /token-usage (1,000 of them)"
+    );
+    println!(
+        "usage_all_day_p50_ms={by_day:.3} usage_all_model_p50_ms={by_model:.3} usage_all_day_over_thread={:.2}",
+        by_day / usage_http
     );
     let mut single = None;
     for streams in [1, args.streams] {
@@ -159,13 +185,31 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// 10,000 steps of one task among 20,000 in a run, and a thread of 1,000 finished runs,
-/// both threads owned by the local user so the gateway serves them.
+/// Threads of finished runs `/api/usage` sums; the first is the one `/token-usage` sums.
+const USAGE_THREADS: u64 = 10;
+
+/// Finished runs in each of them.
+const RUNS_PER_THREAD: u64 = 1_000;
+
+/// The name of the `n`th thread of finished runs.
+fn usage_thread(n: u64) -> String {
+    if n == 0 {
+        "bench-usage".to_owned()
+    } else {
+        format!("bench-usage-{n}")
+    }
+}
+
+/// 10,000 steps of one task among 20,000 in a run, and ten threads of 1,000 finished
+/// runs each, every thread owned by the local user so the gateway serves them.
 async fn seed(store: &Arc<dyn Store>) -> anyhow::Result<()> {
-    for thread_id in ["bench", "bench-usage"] {
+    let threads = ["bench".to_owned()]
+        .into_iter()
+        .chain((0..USAGE_THREADS).map(usage_thread));
+    for thread_id in threads {
         store
             .create_thread(NewThread {
-                thread_id: thread_id.into(),
+                thread_id,
                 owner: LOCAL_USER.into(),
                 metadata: Default::default(),
             })
@@ -194,50 +238,61 @@ async fn seed(store: &Arc<dyn Store>) -> anyhow::Result<()> {
         }
     }
     store.append(&batch).await?;
-    for n in 0..1000 {
-        let run_id = format!("usage-{n:04}");
-        store
-            .create_run(NewRun {
-                run_id: run_id.clone(),
-                thread_id: "bench-usage".into(),
-                owner: LOCAL_USER.into(),
-                assistant_id: "lead_agent".into(),
-                model_name: Some("scripted".into()),
-                trace_id: None,
-                metadata: Default::default(),
-                multitask_strategy: "reject".into(),
-                kwargs: json!({}),
-            })
-            .await?;
-        let bucket = ModelUsage {
-            input_tokens: 900,
-            output_tokens: 100,
-            total_tokens: 1000,
-            cache_read_tokens: Some(300),
-        };
-        let usage = RunUsage {
-            total_input_tokens: 900,
-            total_output_tokens: 100,
-            total_tokens: 1000,
-            llm_call_count: 2,
-            lead_agent_tokens: 600,
-            subagent_tokens: 400,
-            token_usage_by_model: [("scripted".to_owned(), bucket)].into(),
-            ..RunUsage::default()
-        };
-        store.save_run_usage(&run_id, &usage, None).await?;
-        store
-            .update_run_status(
-                &run_id,
-                &RunStatusUpdate {
-                    lease_owner: None,
-                    status: RunStatus::Success,
-                    stop_reason: None,
-                    error: None,
-                },
-            )
-            .await?;
+    for thread in 0..USAGE_THREADS {
+        // A hundred runs at a time, so their writes share the store's group commits.
+        for first in (0..RUNS_PER_THREAD).step_by(100) {
+            let runs = (first..first + 100).map(|n| finished_run(store, thread, n));
+            futures::future::try_join_all(runs).await?;
+        }
     }
+    Ok(())
+}
+
+/// One finished run of the `thread`th usage thread, with a bucket of 1,000 tokens.
+async fn finished_run(store: &Arc<dyn Store>, thread: u64, n: u64) -> anyhow::Result<()> {
+    let run_id = format!("usage-{thread}-{n:04}");
+    store
+        .create_run(NewRun {
+            run_id: run_id.clone(),
+            thread_id: usage_thread(thread),
+            owner: LOCAL_USER.into(),
+            assistant_id: "lead_agent".into(),
+            model_name: Some("scripted".into()),
+            trace_id: None,
+            metadata: Default::default(),
+            multitask_strategy: "reject".into(),
+            kwargs: json!({}),
+        })
+        .await?;
+    let bucket = ModelUsage {
+        input_tokens: 900,
+        output_tokens: 100,
+        total_tokens: 1000,
+        cache_read_tokens: Some(300),
+        cache_write_tokens: None,
+    };
+    let usage = RunUsage {
+        total_input_tokens: 900,
+        total_output_tokens: 100,
+        total_tokens: 1000,
+        llm_call_count: 2,
+        lead_agent_tokens: 600,
+        subagent_tokens: 400,
+        token_usage_by_model: [("scripted".to_owned(), bucket)].into(),
+        ..RunUsage::default()
+    };
+    store.save_run_usage(&run_id, &usage, None).await?;
+    store
+        .update_run_status(
+            &run_id,
+            &RunStatusUpdate {
+                lease_owner: None,
+                status: RunStatus::Success,
+                stop_reason: None,
+                error: None,
+            },
+        )
+        .await?;
     Ok(())
 }
 
