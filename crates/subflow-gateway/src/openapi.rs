@@ -137,16 +137,42 @@ fn complete(document: &mut Value, auth: AuthMode, metrics_public: bool) {
 mod tests {
     use super::*;
 
-    fn refs<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+    /// Every JSON object within `value`, itself included.
+    fn objects<'a>(value: &'a Value, found: &mut Vec<&'a serde_json::Map<String, Value>>) {
         match value {
             Value::Object(map) => {
-                if let Some(Value::String(target)) = map.get("$ref") {
-                    found.push(target);
-                }
-                map.values().for_each(|v| refs(v, found));
+                found.push(map);
+                map.values().for_each(|v| objects(v, found));
             }
-            Value::Array(items) => items.iter().for_each(|v| refs(v, found)),
+            Value::Array(items) => items.iter().for_each(|v| objects(v, found)),
             _ => {}
+        }
+    }
+
+    fn refs<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        let mut all = Vec::new();
+        objects(value, &mut all);
+        found.extend(all.iter().filter_map(|map| map.get("$ref")?.as_str()));
+    }
+
+    #[test]
+    fn integer_formats_hold_their_bounds() {
+        // A client (schemathesis among them) takes `format: int32` as a bound of its own:
+        // an offset up to u32::MAX described as int32 would be refused there.
+        let document = document(AuthMode::Local, false);
+        let mut all = Vec::new();
+        objects(document, &mut all);
+        let int32: Vec<_> = all
+            .iter()
+            .filter(|map| map.get("format") == Some(&json!("int32")))
+            .collect();
+        assert!(int32.len() > 5);
+        for schema in int32 {
+            let maximum = schema.get("maximum").and_then(Value::as_i64);
+            assert!(
+                maximum.is_none_or(|m| m <= i64::from(i32::MAX)),
+                "{schema:?} is int32 with a larger maximum"
+            );
         }
     }
 

@@ -117,7 +117,7 @@ impl Streams {
 }
 
 /// Stream mode names, as a run request or a rejoin query lists them; unknown ones are
-/// 422, all named at once.
+/// 422, all named at once (an empty one as `''`).
 pub(crate) fn parse_stream_modes<'a>(
     names: impl IntoIterator<Item = &'a str>,
 ) -> Result<Vec<StreamMode>, ApiError> {
@@ -125,6 +125,7 @@ pub(crate) fn parse_stream_modes<'a>(
     for name in names {
         match name.parse::<StreamMode>() {
             Ok(mode) => modes.push(mode),
+            Err(_) if name.is_empty() => unknown.push("''"),
             Err(_) => unknown.push(name),
         }
     }

@@ -529,7 +529,7 @@ pub struct ListParams {
     #[serde(default, deserialize_with = "crate::extract::value")]
     limit: Option<u32>,
     /// Runs to skip.
-    #[param(minimum = 0, maximum = 4294967295_i64)]
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     #[serde(default, deserialize_with = "crate::extract::value")]
     offset: Option<u32>,
     /// Only runs with this status; absent means all.

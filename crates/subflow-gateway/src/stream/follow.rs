@@ -70,7 +70,7 @@ pub(crate) struct RejoinParams {
 
 impl RejoinParams {
     /// Reads `stream_mode` (repeated, or comma-separated) and `cancel_on_disconnect`
-    /// (`true`/`false`/`1`/`0`); unknown modes and non-boolean flags are 422. Other keys
+    /// (`true`/`false`/`1`/`0`); unknown or empty modes and non-boolean flags are 422. Other keys
     /// the SDKs send on a rejoin (`namespace`, `checkpoint_id`) are ignored, as LangGraph
     /// servers ignore them for a run without subgraphs.
     pub fn parse(query: Option<&str>) -> Result<Self, ApiError> {
@@ -80,7 +80,7 @@ impl RejoinParams {
             let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
             match key {
                 "stream_mode" | "stream_mode[]" => {
-                    modes.extend(value.split(',').filter(|m| !m.is_empty()));
+                    modes.extend(value.split(','));
                 }
                 "cancel_on_disconnect" => {
                     params.cancel_on_disconnect =
@@ -577,6 +577,12 @@ mod tests {
             panic!("422")
         };
         assert_eq!(detail, "Unsupported stream mode(s): debug");
+        for query in ["stream_mode=", "stream_mode=values,"] {
+            let Err(ApiError::Unprocessable(detail)) = RejoinParams::parse(Some(query)) else {
+                panic!("an empty mode in {query} is 422")
+            };
+            assert_eq!(detail, "Unsupported stream mode(s): ''");
+        }
         assert!(RejoinParams::parse(Some("cancel_on_disconnect=maybe")).is_err());
         assert!(
             RejoinParams::parse(Some("cancel_on_disconnect=")).is_err(),
