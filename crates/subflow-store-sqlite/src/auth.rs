@@ -1,7 +1,7 @@
 //! Users and tokens (docs/api.md#auth-and-ownership) on SQLite, with the semantics of `MemoryStore`.
 
 use async_trait::async_trait;
-use rusqlite::{OptionalExtension, Row, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use subflow_store::auth::{new_auth_id, validate_new_token, validate_user_name};
 use subflow_store::{
     AuthStore, Error, NewToken, Result, TokenOwner, TokenRecord, User, codec, now_rfc3339,
@@ -107,7 +107,7 @@ impl AuthStore for SqliteStore {
         let row = record.clone();
         let digest = token.digest;
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             let user_exists = tx
                 .prepare_cached("SELECT 1 FROM users WHERE id = ?")
                 .db()?
@@ -139,7 +139,7 @@ impl AuthStore for SqliteStore {
                     "the digest is already stored".to_owned(),
                 ));
             }
-            tx.commit().db()
+            Ok(())
         })
         .await?;
         Ok(record)

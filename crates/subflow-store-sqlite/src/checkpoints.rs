@@ -96,9 +96,9 @@ impl CheckpointStore for SqliteStore {
         let row = stored.clone();
         let hashes = self
             .write(move |conn| {
-                let tx = conn.savepoint().db()?;
+                let tx: &Connection = conn;
                 if let Some((run_id, owner)) = &fence {
-                    crate::streams::check_lease(&tx, run_id, Some(owner))?;
+                    crate::streams::check_lease(tx, run_id, Some(owner))?;
                 }
                 let latest = {
                     let mut statement = tx
@@ -125,7 +125,7 @@ impl CheckpointStore for SqliteStore {
                         Some(hashes) => hashes,
                         None => {
                             let mut decoded =
-                                decode_rows(chains(&tx, &[latest.row])?, &[latest.row])?;
+                                decode_rows(chains(tx, &[latest.row])?, &[latest.row])?;
                             let values = decoded.remove(&latest.row).unwrap_or_default();
                             deltas.hashes(&values)
                         }
@@ -155,7 +155,6 @@ impl CheckpointStore for SqliteStore {
                 ])
                 .db()?;
                 let inserted = tx.last_insert_rowid();
-                tx.commit().db()?;
                 Ok((inserted, encoded.hashes))
             })
             .await?;
@@ -222,17 +221,17 @@ impl CheckpointStore for SqliteStore {
         let deltas = self.inner.deltas.clone();
         let deleted = self
             .write(move |conn| {
-                let tx = conn.savepoint().db()?;
+                let tx: &Connection = conn;
                 // Deltas of other runs whose base goes become keyframes first, with the
                 // values they decode to now.
                 let orphans = query_all(
-                    &tx,
+                    tx,
                     "SELECT c.id FROM checkpoints c JOIN checkpoints b ON c.base_id = b.id \
                      WHERE c.thread_id = ?1 AND b.run_id = ?2 AND c.run_id IS NOT ?2",
                     params![thread_id, run_id],
                     |row| row.get::<_, i64>(0).db(),
                 )?;
-                let mut values = decode_rows(chains(&tx, &orphans)?, &orphans)?;
+                let mut values = decode_rows(chains(tx, &orphans)?, &orphans)?;
                 for row in &orphans {
                     let whole = deltas.encode(&values.remove(row).unwrap_or_default(), None);
                     tx.prepare_cached(
@@ -248,7 +247,6 @@ impl CheckpointStore for SqliteStore {
                     .db()?
                     .execute([&thread_id, &run_id])
                     .db()?;
-                tx.commit().db()?;
                 deltas.forget(&thread_id);
                 Ok(deleted)
             })

@@ -6,7 +6,7 @@ use std::collections::hash_map::Entry;
 
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{CachedStatement, OptionalExtension, Row, params, params_from_iter};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, Row, params, params_from_iter};
 use subflow_contracts::{EventType, NewEvent, RunEvent};
 use subflow_store::{
     AppendOutcome, Error, EventQuery, EventStore, Result, TaskSummary, codec, validate_batch,
@@ -110,7 +110,7 @@ impl EventStore for SqliteStore {
         let rows: Vec<EventRow> = batch.iter().map(EventRow::new).collect();
         let written = self
             .write(move |conn| {
-                let tx = conn.savepoint().db()?;
+                let tx: &Connection = conn;
                 let last: i64 = tx
                     .prepare_cached("SELECT last_seq FROM thread_seq WHERE thread_id = ?")
                     .db()?
@@ -157,7 +157,6 @@ impl EventStore for SqliteStore {
                     .execute(params![thread_id, next - 1])
                     .db()?;
                 }
-                tx.commit().db()?;
                 Ok((next - last - 1) as usize)
             })
             .await?;
@@ -229,14 +228,14 @@ impl SqliteStore {
     pub async fn insert_rows_unchecked(&self, rows: &[NewEvent], first_seq: i64) -> Result<()> {
         let rows: Vec<EventRow> = rows.iter().map(EventRow::new).collect();
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             {
                 let mut insert = tx.prepare_cached(INSERT_EVENT).db()?;
                 for (seq, row) in (first_seq..).zip(&rows) {
                     row.insert(&mut insert, seq)?;
                 }
             }
-            tx.commit().db()
+            Ok(())
         })
         .await
     }

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use rusqlite::types::Value as SqlValue;
-use rusqlite::{Row, params, params_from_iter};
+use rusqlite::{Connection, Row, params, params_from_iter};
 use subflow_contracts::{RunStatus, ThreadId, ThreadStatus};
 use subflow_store::{
     Error, NewRun, NewThread, RecordStore, Result, RunRecord, RunScope, RunStatusUpdate, RunUsage,
@@ -180,7 +180,7 @@ impl RecordStore for SqliteStore {
         let thread_id = thread_id.to_owned();
         let deltas = self.inner.deltas.clone();
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             for sql in [
                 "DELETE FROM run_events WHERE thread_id = ?",
                 "DELETE FROM thread_seq WHERE thread_id = ?",
@@ -195,7 +195,6 @@ impl RecordStore for SqliteStore {
             let deleted = tx
                 .execute("DELETE FROM threads WHERE thread_id = ?", [&thread_id])
                 .db()?;
-            tx.commit().db()?;
             // Row ids may be reused once deleted: forget the thread's latest checkpoint.
             deltas.forget(&thread_id);
             Ok(deleted > 0)
@@ -360,7 +359,7 @@ impl RecordStore for SqliteStore {
     async fn delete_run(&self, thread_id: &str, run_id: &str) -> Result<bool> {
         let (thread_id, run_id) = (thread_id.to_owned(), run_id.to_owned());
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             tx.execute(
                 "DELETE FROM run_events WHERE thread_id = ? AND run_id = ?",
                 [&thread_id, &run_id],
@@ -372,7 +371,6 @@ impl RecordStore for SqliteStore {
                     [&thread_id, &run_id],
                 )
                 .db()?;
-            tx.commit().db()?;
             Ok(deleted > 0)
         })
         .await

@@ -70,15 +70,14 @@ impl SqliteStore {
         values.push(now_rfc3339());
         let stored = self
             .write(move |conn| {
-                let tx = conn.savepoint().db()?;
-                if !run_state(&tx, &run)?.is_some_and(|(_, status)| status.is_active()) {
+                let tx: &Connection = conn;
+                if !run_state(tx, &run)?.is_some_and(|(_, status)| status.is_active()) {
                     return Ok(false);
                 }
                 tx.prepare_cached(insert)
                     .db()?
                     .execute(params_from_iter(values))
                     .db()?;
-                tx.commit().db()?;
                 Ok(true)
             })
             .await?;
@@ -110,7 +109,7 @@ impl StreamStore for SqliteStore {
         let (written, announce) = self
             .write(move |conn| {
                 let batch = owned;
-                let tx = conn.savepoint().db()?;
+                let tx: &Connection = conn;
                 let exists = tx
                     .prepare_cached("SELECT 1 FROM runs WHERE run_id = ? AND thread_id = ?")
                     .db()?
@@ -121,8 +120,8 @@ impl StreamStore for SqliteStore {
                 if !exists {
                     return Err(Error::RunNotFound(batch.run_id.clone()));
                 }
-                check_lease(&tx, &batch.run_id, batch.lease_owner.as_deref())?;
-                let (last_id, ended) = open_log(&tx, &batch.run_id, &batch.thread_id)?;
+                check_lease(tx, &batch.run_id, batch.lease_owner.as_deref())?;
+                let (last_id, ended) = open_log(tx, &batch.run_id, &batch.thread_id)?;
                 if ended {
                     return Ok((0, None));
                 }
@@ -136,8 +135,7 @@ impl StreamStore for SqliteStore {
                     }
                 }
                 let new_last = fresh.last().map_or(last_id, |f| f.id);
-                advance_log(&tx, &batch.run_id, new_last, batch.ends)?;
-                tx.commit().db()?;
+                advance_log(tx, &batch.run_id, new_last, batch.ends)?;
                 let announce = !fresh.is_empty() || batch.ends;
                 Ok((fresh.len(), announce.then_some(new_last)))
             })
@@ -209,7 +207,7 @@ impl StreamStore for SqliteStore {
     async fn prune_streams(&self, retention: Duration) -> Result<u64> {
         let cutoff = epoch_millis().saturating_sub(millis(retention));
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             tx.execute(
                 "DELETE FROM stream_frames WHERE run_id IN (SELECT run_id FROM run_streams \
                  WHERE pruned = 0 AND ended_at <= ?)",
@@ -222,7 +220,6 @@ impl StreamStore for SqliteStore {
                     [cutoff],
                 )
                 .db()?;
-            tx.commit().db()?;
             Ok(pruned as u64)
         })
         .await
@@ -231,8 +228,8 @@ impl StreamStore for SqliteStore {
     async fn acquire_run_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<bool> {
         let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
-            if run_state(&tx, &run_id)?.is_none() {
+            let tx: &Connection = conn;
+            if run_state(tx, &run_id)?.is_none() {
                 return Err(Error::RunNotFound(run_id));
             }
             let now = epoch_millis();
@@ -246,7 +243,6 @@ impl StreamStore for SqliteStore {
                 .db()?
                 .execute(params![run_id, owner, now.saturating_add(millis(ttl)), now])
                 .db()?;
-            tx.commit().db()?;
             Ok(taken > 0)
         })
         .await
@@ -271,16 +267,15 @@ impl StreamStore for SqliteStore {
     async fn release_run_lease(&self, run_id: &str, owner: &str) -> Result<bool> {
         let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             let released = tx
                 .prepare_cached("DELETE FROM run_leases WHERE run_id = ? AND owner = ?")
                 .db()?
                 .execute([&run_id, &owner])
                 .db()?;
             if released > 0 {
-                forget_lease(&tx, &run_id)?;
+                forget_lease(tx, &run_id)?;
             }
-            tx.commit().db()?;
             Ok(released > 0)
         })
         .await
@@ -329,8 +324,8 @@ impl StreamStore for SqliteStore {
         let recovered = self
             .write(move |conn| {
                 let run_id = owned;
-                let tx = conn.savepoint().db()?;
-                let Some((thread_id, status)) = run_state(&tx, &run_id)? else {
+                let tx: &Connection = conn;
+                let Some((thread_id, status)) = run_state(tx, &run_id)? else {
                     return Ok(None);
                 };
                 let lease: Option<i64> = tx
@@ -364,7 +359,7 @@ impl StreamStore for SqliteStore {
                     ])
                     .db()?;
                 }
-                let (mut last_id, ended) = open_log(&tx, &run_id, &thread_id)?;
+                let (mut last_id, ended) = open_log(tx, &run_id, &thread_id)?;
                 let mut frames_appended = 0;
                 if !ended {
                     {
@@ -377,10 +372,9 @@ impl StreamStore for SqliteStore {
                         }
                     }
                     frames_appended = closing.len();
-                    advance_log(&tx, &run_id, last_id, true)?;
+                    advance_log(tx, &run_id, last_id, true)?;
                 }
-                forget_lease(&tx, &run_id)?;
-                tx.commit().db()?;
+                forget_lease(tx, &run_id)?;
                 Ok(Some((
                     RecoveredRun {
                         thread_id,
@@ -415,7 +409,7 @@ impl StreamStore for SqliteStore {
     async fn take_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<String>> {
         let run_ids = run_ids.to_vec();
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             let mut taken = Vec::new();
             {
                 let mut delete = tx
@@ -427,7 +421,6 @@ impl StreamStore for SqliteStore {
                     }
                 }
             }
-            tx.commit().db()?;
             Ok(taken)
         })
         .await
@@ -446,7 +439,7 @@ impl StreamStore for SqliteStore {
     async fn take_task_cancel_requests(&self, run_ids: &[String]) -> Result<Vec<(String, String)>> {
         let run_ids = run_ids.to_vec();
         self.write(move |conn| {
-            let tx = conn.savepoint().db()?;
+            let tx: &Connection = conn;
             let mut taken = Vec::new();
             {
                 let mut delete = tx
@@ -464,7 +457,6 @@ impl StreamStore for SqliteStore {
                     taken.extend(tasks.into_iter().map(|task| (run_id.clone(), task)));
                 }
             }
-            tx.commit().db()?;
             Ok(taken)
         })
         .await

@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::super::UsageError;
+use super::median;
 
 /// Executions at once, for the worker and for the baseline alike: the ceiling of
 /// `subagent_runtime.max_running`, and the batch's running cap (the default ceiling of
@@ -151,12 +152,6 @@ fn items(n: usize) -> Vec<NewItem> {
             acceptance_criteria: Vec::new(),
         })
         .collect()
-}
-
-/// The middle value.
-fn median(mut values: Vec<f64>) -> f64 {
-    values.sort_by(f64::total_cmp);
-    values[values.len() / 2]
 }
 
 /// A batch of `n` items, `live` of them queued or running at once, `running` at a time.

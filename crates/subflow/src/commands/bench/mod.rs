@@ -35,6 +35,12 @@ pub async fn run(bench: Bench) -> anyhow::Result<()> {
     }
 }
 
+/// The middle value of a benchmark's rounds.
+fn median(mut values: Vec<f64>) -> f64 {
+    values.sort_by(f64::total_cmp);
+    values[values.len() / 2]
+}
+
 /// Peak resident set size of this process, from `/proc/self/status`.
 fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")

@@ -18,6 +18,7 @@ use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
 use super::super::UsageError;
+use super::median;
 
 /// Arguments of `subflow bench runtime`.
 #[derive(Debug, clap::Args)]
@@ -71,10 +72,6 @@ pub async fn run(args: RuntimeArgs) -> anyhow::Result<()> {
         baseline.push(measure(Arc::new(MemoryStore::new()), dir.path(), &script, attempt).await?);
     }
     let rate = |m: &Measured| m.steps as f64 / m.elapsed.as_secs_f64();
-    let median = |mut values: Vec<f64>| {
-        values.sort_by(f64::total_cmp);
-        values[values.len() / 2]
-    };
     let steps_per_s = median(persisted.iter().map(rate).collect());
     let baseline_per_s = median(baseline.iter().map(rate).collect());
     let mut latencies: Vec<Duration> = persisted

@@ -16,7 +16,7 @@ use subflow_store::spill::SpillFile;
 use subflow_store::{EventQuery, Store};
 
 use super::super::UsageError;
-use super::peak_rss_mb;
+use super::{median, peak_rss_mb};
 use crate::storage::Backend;
 
 /// Which backend `bench store` measures.
@@ -73,43 +73,55 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
     let store = backend.store();
     // Fresh ids each run, so an existing PostgreSQL database does not matter.
     let tag = uuid::Uuid::new_v4().simple().to_string();
-    let thread = format!("bench-{}", &tag[..12]);
-    let ceiling_thread = format!("{thread}-ceiling");
 
     let runs = args.events / per_run;
     let events = runs * per_run;
     eprintln!(
-        "bench store: {events} subagent.step records in {runs} runs, backend {:?}",
+        "bench store: {events} subagent.step records in {runs} runs per round, {ROUNDS} rounds (ingest and ceiling interleaved), backend {:?}",
         args.backend
     );
 
-    let ingest_secs = ingest(&store, dir.path(), &thread, runs)
-        .await?
-        .as_secs_f64();
-    let ceiling_secs = ceiling(&backend, &ceiling_thread, runs)
-        .await?
-        .as_secs_f64();
-
-    let page_p50 = page(&store, &thread).await?;
-
-    let _ = store.delete_thread(&thread).await;
-    let _ = store.delete_thread(&ceiling_thread).await;
+    let (mut ingest_eps, mut ceiling_eps, mut ratios) = (Vec::new(), Vec::new(), Vec::new());
+    let mut page_p50 = Vec::new();
+    for round in 0..ROUNDS {
+        let thread = format!("bench-{}-{round}", &tag[..12]);
+        let ceiling_thread = format!("{thread}-ceiling");
+        let ingest_secs = ingest(&store, dir.path(), &thread, runs)
+            .await?
+            .as_secs_f64();
+        let ceiling_secs = ceiling(&backend, &ceiling_thread, runs)
+            .await?
+            .as_secs_f64();
+        page_p50.push(page(&store, &thread).await?.as_secs_f64() * 1000.0);
+        let (ingest, ceiling) = (events as f64 / ingest_secs, events as f64 / ceiling_secs);
+        eprintln!(
+            "round {}: ingest_eps={ingest:.0} ceiling_eps={ceiling:.0} ratio={:.3}",
+            round + 1,
+            ingest / ceiling
+        );
+        ingest_eps.push(ingest);
+        ceiling_eps.push(ceiling);
+        ratios.push(ingest / ceiling);
+        let _ = store.delete_thread(&thread).await;
+        let _ = store.delete_thread(&ceiling_thread).await;
+    }
     if let Backend::Sqlite(sqlite) = &backend {
         sqlite.close().await;
     }
 
-    let ingest_eps = events as f64 / ingest_secs;
-    let ceiling_eps = events as f64 / ceiling_secs;
     println!(
         "ingest_eps={:.0} ceiling_eps={:.0} ratio={:.3} page_p50_ms={:.3} rss_mb={:.1}",
-        ingest_eps,
-        ceiling_eps,
-        ingest_eps / ceiling_eps,
-        page_p50.as_secs_f64() * 1000.0,
+        median(ingest_eps),
+        median(ceiling_eps),
+        median(ratios),
+        median(page_p50),
         peak_rss_mb()
     );
     Ok(())
 }
+
+/// Rounds of ingest and ceiling, each printed; the last line has their medians.
+const ROUNDS: usize = 3;
 
 /// The live task event of one step: ~300 bytes of content once mapped.
 fn step_chunk(task: &str, index: usize) -> Value {
