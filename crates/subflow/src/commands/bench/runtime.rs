@@ -127,8 +127,6 @@ async fn measure(
     })?);
     // Every guard stays on: their bookkeeping is part of each step's cost. The script's
     // calls differ in their arguments and stay under the per-tool frequency limits.
-    // Every guard stays on: their bookkeeping is part of each step's cost. The script's
-    // calls differ in their arguments and stay under the per-tool frequency limits.
     let runtime = RuntimeOptions::new(store.clone(), vec![model], dir.to_path_buf()).build();
     let retry = runtime.retry_queue().clone();
     let thread = format!("bench-{attempt}");
