@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use sqlx::postgres::{PgConnection, PgRow};
-use sqlx::{Postgres, QueryBuilder};
+use sqlx::{Postgres, QueryBuilder, Row};
 use subflow_contracts::{EventCategory, NewEvent, RunEvent};
 use subflow_store::{
     AppendOutcome, Error, EventQuery, EventStore, Result, TaskSummary, codec, validate_batch,
@@ -62,30 +62,42 @@ impl EventStore for PostgresStore {
     }
 
     async fn list_events(&self, query: &EventQuery) -> Result<Vec<RunEvent>> {
-        query.validate()?;
-        let mut sql = QueryBuilder::<Postgres>::new(select_events!());
-        sql.push(" WHERE thread_id = ").push_bind(&query.thread_id);
-        sql.push(" AND run_id = ").push_bind(&query.run_id);
-        if let Some(after) = query.after_seq {
-            sql.push(" AND seq > ").push_bind(after);
-        }
-        if let Some(types) = query.type_filter() {
-            sql.push(" AND event_type = ANY(")
-                .push_bind(types)
-                .push(")");
-        }
-        // Filtering on the column inside the statement puts the task filter before LIMIT.
-        if let Some(task_id) = &query.task_id {
-            sql.push(" AND task_id = ").push_bind(task_id);
-        }
-        sql.push(" ORDER BY seq LIMIT ")
-            .push_bind(i64::from(query.limit));
-        let rows = sql
+        let rows = events_page(query)?
             .build()
             .fetch_all(self.pool())
             .await
             .map_err(Error::backend)?;
         rows.iter().map(event_from_row).collect()
+    }
+
+    async fn list_events_json(&self, query: &EventQuery) -> Result<Vec<u8>> {
+        let rows = events_page(query)?
+            .build()
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::backend)?;
+        let mut out = Vec::new();
+        for row in &rows {
+            let column = |name: &'static str| -> Result<&str> {
+                row.try_get::<&str, _>(name).map_err(Error::backend)
+            };
+            codec::EventColumns {
+                thread_id: column("thread_id")?,
+                run_id: column("run_id")?,
+                seq: get(row, "seq")?,
+                event_type: column("event_type")?,
+                category: column("category")?,
+                content: column("content")?,
+                metadata: column("metadata")?,
+                created_at: column("created_at")?,
+                user_id: row
+                    .try_get::<Option<&str>, _>("user_id")
+                    .map_err(Error::backend)?,
+                event_id: parse_event_id(column("event_id")?)?,
+            }
+            .write_json(&mut out)?;
+        }
+        Ok(codec::finish_json_array(out))
     }
 
     async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>> {
@@ -213,6 +225,29 @@ impl<'a> EventColumns<'a> {
             user_id: events.iter().map(|e| e.user_id.as_deref()).collect(),
         }
     }
+}
+
+/// The statement of one page of a run's events.
+fn events_page(query: &EventQuery) -> Result<QueryBuilder<Postgres>> {
+    query.validate()?;
+    let mut sql = QueryBuilder::<Postgres>::new(select_events!());
+    sql.push(" WHERE thread_id = ").push_bind(&query.thread_id);
+    sql.push(" AND run_id = ").push_bind(&query.run_id);
+    if let Some(after) = query.after_seq {
+        sql.push(" AND seq > ").push_bind(after);
+    }
+    if let Some(types) = query.type_filter() {
+        sql.push(" AND event_type = ANY(")
+            .push_bind(types)
+            .push(")");
+    }
+    // Filtering on the column inside the statement puts the task filter before LIMIT.
+    if let Some(task_id) = &query.task_id {
+        sql.push(" AND task_id = ").push_bind(task_id);
+    }
+    sql.push(" ORDER BY seq LIMIT ")
+        .push_bind(i64::from(query.limit));
+    Ok(sql)
 }
 
 fn event_from_row(row: &PgRow) -> Result<RunEvent> {

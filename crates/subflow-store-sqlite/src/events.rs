@@ -82,6 +82,35 @@ const RUN_ENDED: &str = "SELECT EXISTS (SELECT 1 FROM run_events WHERE thread_id
 const SELECT_EVENTS: &str = "SELECT thread_id, run_id, seq, event_type, category, content, \
      metadata, created_at, user_id, event_id FROM run_events WHERE ";
 
+/// The statement and parameters of one page of a run's events.
+fn events_page(query: &EventQuery) -> Result<(String, Vec<SqlValue>)> {
+    query.validate()?;
+    let mut sql = format!("{SELECT_EVENTS}thread_id = ? AND run_id = ?");
+    let mut params = vec![
+        SqlValue::Text(query.thread_id.clone()),
+        SqlValue::Text(query.run_id.clone()),
+    ];
+    if let Some(task_id) = &query.task_id {
+        sql.push_str(" AND task_id = ?");
+        params.push(SqlValue::Text(task_id.clone()));
+    }
+    if let Some(after) = query.after_seq {
+        sql.push_str(" AND seq > ?");
+        params.push(SqlValue::Integer(after));
+    }
+    if let Some(types) = query.type_filter() {
+        sql.push_str(" AND event_type IN (");
+        for (index, event_type) in types.iter().enumerate() {
+            sql.push_str(if index == 0 { "?" } else { ", ?" });
+            params.push(SqlValue::Text(event_type.clone()));
+        }
+        sql.push(')');
+    }
+    sql.push_str(" ORDER BY seq LIMIT ?");
+    params.push(SqlValue::Integer(i64::from(query.limit)));
+    Ok((sql, params))
+}
+
 /// Decodes a [`SELECT_EVENTS`] row.
 fn decode_event(row: &Row<'_>) -> Result<RunEvent> {
     let event_id = row.get_ref(9).db()?.as_blob().map_err(Error::backend)?;
@@ -167,32 +196,37 @@ impl EventStore for SqliteStore {
     }
 
     async fn list_events(&self, query: &EventQuery) -> Result<Vec<RunEvent>> {
-        query.validate()?;
-        let mut sql = format!("{SELECT_EVENTS}thread_id = ? AND run_id = ?");
-        let mut params = vec![
-            SqlValue::Text(query.thread_id.clone()),
-            SqlValue::Text(query.run_id.clone()),
-        ];
-        if let Some(task_id) = &query.task_id {
-            sql.push_str(" AND task_id = ?");
-            params.push(SqlValue::Text(task_id.clone()));
-        }
-        if let Some(after) = query.after_seq {
-            sql.push_str(" AND seq > ?");
-            params.push(SqlValue::Integer(after));
-        }
-        if let Some(types) = query.type_filter() {
-            sql.push_str(" AND event_type IN (");
-            for (index, event_type) in types.iter().enumerate() {
-                sql.push_str(if index == 0 { "?" } else { ", ?" });
-                params.push(SqlValue::Text(event_type.clone()));
-            }
-            sql.push(')');
-        }
-        sql.push_str(" ORDER BY seq LIMIT ?");
-        params.push(SqlValue::Integer(i64::from(query.limit)));
+        let (sql, params) = events_page(query)?;
         self.read(move |conn| query_all(conn, &sql, params_from_iter(params), decode_event))
             .await
+    }
+
+    async fn list_events_json(&self, query: &EventQuery) -> Result<Vec<u8>> {
+        let (sql, params) = events_page(query)?;
+        self.read(move |conn| {
+            let mut statement = conn.prepare_cached(&sql).db()?;
+            let mut rows = statement.query(params_from_iter(params)).db()?;
+            let mut out = Vec::new();
+            while let Some(row) = rows.next().db()? {
+                let event_id = row.get_ref(9).db()?.as_blob().map_err(Error::backend)?;
+                let user_id = row.get_ref(8).db()?;
+                codec::EventColumns {
+                    thread_id: text(row, 0)?,
+                    run_id: text(row, 1)?,
+                    seq: row.get(2).db()?,
+                    event_type: text(row, 3)?,
+                    category: text(row, 4)?,
+                    content: text(row, 5)?,
+                    metadata: text(row, 6)?,
+                    created_at: text(row, 7)?,
+                    user_id: user_id.as_str_or_null().map_err(Error::backend)?,
+                    event_id: codec::uuid("run_events.event_id", event_id)?,
+                }
+                .write_json(&mut out)?;
+            }
+            Ok(codec::finish_json_array(out))
+        })
+        .await
     }
 
     async fn task_summaries(&self, thread_id: &str, run_id: &str) -> Result<Vec<TaskSummary>> {

@@ -98,6 +98,18 @@ pub trait EventStore: Send + Sync + std::fmt::Debug {
     /// One page of a run's events, ascending by `seq`.
     async fn list_events(&self, query: &EventQuery) -> Result<Vec<RunEvent>>;
 
+    /// [`EventStore::list_events`] as the JSON array the API answers with: each event
+    /// as serde writes it, without the metadata key
+    /// [`crate::codec::HIDDEN_METADATA_KEY`]. The SQL backends write it straight from
+    /// their rows ([`crate::codec::EventColumns`]); this default serialises the page.
+    async fn list_events_json(&self, query: &EventQuery) -> Result<Vec<u8>> {
+        let mut events = self.list_events(query).await?;
+        for event in &mut events {
+            event.metadata.remove(crate::codec::HIDDEN_METADATA_KEY);
+        }
+        Ok(serde_json::to_vec(&events).expect("events always serialise"))
+    }
+
     /// The newest `limit` `message`-category records of a thread with a `seq` below
     /// `before_seq` (all of them when `None`), ascending by `seq`.
     async fn list_messages(

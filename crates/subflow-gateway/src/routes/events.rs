@@ -2,6 +2,8 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use subflow_contracts::api::ErrorBody;
 use subflow_contracts::{Permission, RunEvent};
@@ -45,7 +47,7 @@ pub async fn list(
     caller: Caller,
     Path(RunPath { thread_id, run_id }): Path<RunPath>,
     Query(params): Query<EventParams>,
-) -> Result<Json<Vec<RunEvent>>, ApiError> {
+) -> Result<Response, ApiError> {
     let owned = authorize_thread(&state, &caller, Permission::RunsRead, &thread_id).await?;
     let limit = params.limit.unwrap_or(500);
     if !(1..=i64::from(MAX_PAGE_LIMIT)).contains(&limit) {
@@ -65,7 +67,7 @@ pub async fn list(
         .filter(|t| !t.is_empty())
         .map(|t| t.split(',').map(str::to_owned).collect());
     if owned.is_none() {
-        return Ok(Json(Vec::new()));
+        return Ok(Json(Vec::<RunEvent>::new()).into_response());
     }
     let query = EventQuery {
         thread_id,
@@ -75,9 +77,7 @@ pub async fn list(
         after_seq,
         limit: limit as u32,
     };
-    let mut events = state.store.list_events(&query).await?;
-    for event in &mut events {
-        event.metadata.remove("auth_token");
-    }
-    Ok(Json(events))
+    // Written straight from the store's rows, without `auth_token` in metadata.
+    let page = state.store.list_events_json(&query).await?;
+    Ok(([(header::CONTENT_TYPE, "application/json")], page).into_response())
 }

@@ -126,7 +126,9 @@ fn records(rows: Vec<RunEvent>, durations: &BTreeMap<String, i64>) -> Vec<Messag
         .into_iter()
         .rev()
         .map(|mut event| {
-            event.metadata.remove("auth_token");
+            event
+                .metadata
+                .remove(subflow_store::codec::HIDDEN_METADATA_KEY);
             let turn_duration = (event.event_type == EventType::LlmAiResponse.as_str()
                 && stamped.insert(event.run_id.clone()))
             .then(|| durations.get(&event.run_id).copied())
