@@ -14,6 +14,8 @@ use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{EventQuery, ModelUsage, NewRun, NewThread, RunStatusUpdate, RunUsage, Store};
 use subflow_store_sqlite::SqliteStore;
 
+use super::{median, sse};
+
 /// Arguments of `subflow bench gateway`.
 #[derive(Debug, clap::Args)]
 pub struct GatewayArgs {
@@ -59,88 +61,53 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(app.run(listener, tokio_util::sync::CancellationToken::new()));
-    let client = reqwest::Client::builder().no_proxy().build()?;
-
-    let mut over_http = Vec::new();
-    let mut from_store = Vec::new();
-    let page = format!(
-        "{base}/api/threads/bench/runs/run-events/events?event_types=subagent.step&task_id=call_a&limit=500"
-    );
-    let mut query = EventQuery::run("bench", "run-events");
-    query.task_id = Some("call_a".into());
-    query.event_types = Some(vec!["subagent.step".into()]);
-    for _ in 0..args.requests {
-        let started = Instant::now();
-        let body = client.get(&page).send().await?.bytes().await?;
-        over_http.push(started.elapsed());
-        if body.len() < 1000 {
-            bail!("the events page came back short");
-        }
-        let started = Instant::now();
-        let rows = store.list_events(&query).await?;
-        from_store.push(started.elapsed());
-        if rows.len() != 500 {
-            bail!("the store returned {} rows", rows.len());
-        }
-    }
-    let (mut usage, mut usage_direct) = (Vec::new(), Vec::new());
-    for _ in 0..args.requests {
-        let started = Instant::now();
-        let body = client
-            .get(format!("{base}/api/threads/bench-usage/token-usage"))
-            .send()
-            .await?
-            .bytes()
-            .await?;
-        usage.push(started.elapsed());
-        let body: serde_json::Value = serde_json::from_slice(&body)?;
-        if body["total_runs"] != 1000 {
-            bail!("token-usage counted {} runs", body["total_runs"]);
-        }
-        let started = Instant::now();
-        let direct = thread_token_usage(&state, LOCAL_USER, "bench-usage", true, false)
-            .await
-            .map_err(|error| anyhow::anyhow!("{error}"))?;
-        let text = serde_json::to_vec(&direct)?;
-        usage_direct.push(started.elapsed());
-        if direct.total_runs != 1000 || text.len() < 100 {
-            bail!(
-                "the in-process token usage counted {} runs",
-                direct.total_runs
-            );
-        }
-    }
-    // `/api/usage` over all 10,000 runs of the ten threads, by day and by model.
-    let mut across = [Vec::new(), Vec::new()];
-    for _ in 0..args.requests {
-        for (samples, by) in across.iter_mut().zip(["day", "model"]) {
-            let started = Instant::now();
-            let body = client
-                .get(format!("{base}/api/usage?group_by={by}"))
-                .send()
-                .await?
-                .bytes()
-                .await?;
-            samples.push(started.elapsed());
-            let body: serde_json::Value = serde_json::from_slice(&body)?;
-            if body["counted"]["runs"] != USAGE_THREADS * RUNS_PER_THREAD {
-                bail!("/api/usage counted {} runs", body["counted"]["runs"]);
-            }
-        }
-    }
-    let idle = idle_serve_rss_mb(dir.path()).await?;
-    let (http, direct) = (p50(over_http), p50(from_store));
+    let bench = Reads {
+        client: reqwest::Client::builder().no_proxy().build()?,
+        base,
+        store,
+        state,
+        requests: args.requests,
+    };
     eprintln!(
-        "bench gateway: {} requests each; /events pages 500 of 10,000 steps; /token-usage sums 1,000 runs (in-process: the same call serialised, without HTTP)",
+        "bench gateway: {ROUNDS} interleaved rounds of {} requests each; /events pages 500 of 10,000 steps; /token-usage sums 1,000 runs; the in-process baselines run in a spawned task, on a runtime worker as a request's handler does",
         args.requests
     );
-    let (usage_http, usage_direct) = (p50(usage), p50(usage_direct));
+    let mut rounds = Vec::new();
+    for round in 1..=ROUNDS {
+        let reads = bench.measure().await?;
+        let idle = idle_serve_rss_mb(dir.path()).await?;
+        let mut sse = Vec::new();
+        // Each round's runs on databases of their own.
+        let round_dir = dir.path().join(format!("round-{round}"));
+        std::fs::create_dir_all(&round_dir).context("creating a round's directory")?;
+        for streams in [1, args.streams] {
+            let (over_sse, channel) =
+                sse::measure(&round_dir, streams, args.steps, args.step_delay_ms).await?;
+            sse.push((streams, over_sse, channel));
+        }
+        eprintln!(
+            "round {round}: /events {:.3} vs {:.3} ms, /token-usage {:.3} vs {:.3} ms, idle serve {idle:.1} MB, SSE p99 {}",
+            reads.events_http,
+            reads.events_store,
+            reads.usage_http,
+            reads.usage_inproc,
+            sse.iter()
+                .map(|(n, s, c)| format!("{n} stream(s) {:.3} vs {:.3} ms", s.p99_ms, c.p99_ms))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        rounds.push((reads, idle, sse));
+    }
+    let of = |pick: &dyn Fn(&Round) -> f64| median(rounds.iter().map(pick).collect());
+    let (http, direct) = (of(&|r| r.0.events_http), of(&|r| r.0.events_store));
+    let (usage_http, usage_direct) = (of(&|r| r.0.usage_http), of(&|r| r.0.usage_inproc));
     println!(
-        "events_http_p50_ms={http:.3} events_store_p50_ms={direct:.3} ratio={:.2} token_usage_p50_ms={usage_http:.3} token_usage_inproc_p50_ms={usage_direct:.3} token_usage_ratio={:.2} serve_idle_rss_mb={idle:.1}",
+        "events_http_p50_ms={http:.3} events_store_p50_ms={direct:.3} ratio={:.2} token_usage_p50_ms={usage_http:.3} token_usage_inproc_p50_ms={usage_direct:.3} token_usage_ratio={:.2} serve_idle_rss_mb={:.1}",
         http / direct,
         usage_http / usage_direct,
+        of(&|r| r.1),
     );
-    let [by_day, by_model] = across.map(p50);
+    let (by_day, by_model) = (of(&|r| r.0.usage_all_day), of(&|r| r.0.usage_all_model));
     eprintln!(
         "bench gateway: /api/usage over the 10,000 runs of ten threads, against one thread's /token-usage (1,000 of them)"
     );
@@ -148,41 +115,153 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         "usage_all_day_p50_ms={by_day:.3} usage_all_model_p50_ms={by_model:.3} usage_all_day_over_thread={:.2}",
         by_day / usage_http
     );
-    let mut single = None;
-    for streams in [1, args.streams] {
-        let (sse, channel) =
-            super::sse::measure(dir.path(), streams, args.steps, args.step_delay_ms).await?;
+    for (index, streams) in [1, args.streams].into_iter().enumerate() {
+        let sse = |pick: fn(&sse::Latency) -> f64| of(&|r| pick(&r.2[index].1));
+        let channel = |pick: fn(&sse::Latency) -> f64| of(&|r| pick(&r.2[index].2));
+        let (p50, p99) = (sse(|l| l.p50_ms), sse(|l| l.p99_ms));
+        let (channel_p50, channel_p99) = (channel(|l| l.p50_ms), channel(|l| l.p99_ms));
         eprintln!(
-            "bench gateway: SSE latency of {} subagent steps ({} per run, {} ms apart) with {streams} concurrent stream(s); baseline: the runtime's output channel",
-            sse.samples, args.steps, args.step_delay_ms
+            "bench gateway: SSE latency of {} subagent steps a round ({} per run, {} ms apart) with {streams} concurrent stream(s); baseline: the runtime's output channel",
+            rounds[0].2[index].1.samples, args.steps, args.step_delay_ms
         );
         println!(
-            "sse_streams={streams} sse_p50_ms={:.3} sse_p99_ms={:.3} channel_p50_ms={:.3} channel_p99_ms={:.3} p50_ratio={:.2} p99_ratio={:.2}",
-            sse.p50_ms,
-            sse.p99_ms,
-            channel.p50_ms,
-            channel.p99_ms,
-            sse.p50_ms / channel.p50_ms,
-            sse.p99_ms / channel.p99_ms
+            "sse_streams={streams} sse_p50_ms={p50:.3} sse_p99_ms={p99:.3} channel_p50_ms={channel_p50:.3} channel_p99_ms={channel_p99:.3} p50_ratio={:.2} p99_ratio={:.2}",
+            p50 / channel_p50,
+            p99 / channel_p99
         );
-        single.get_or_insert(sse);
     }
-    if let (Some(url), Some(local)) = (&args.postgres_url, single) {
+    if let Some(url) = &args.postgres_url {
+        let local = of(&|r| r.2[0].1.p50_ms);
         let across =
-            super::sse::across_processes(dir.path(), url, 1, args.steps, args.step_delay_ms)
-                .await?;
+            sse::across_processes(dir.path(), url, 1, args.steps, args.step_delay_ms).await?;
         eprintln!(
             "bench gateway: a run executing in gateway A streamed through gateway B on PostgreSQL (LISTEN/NOTIFY), against the single local stream"
         );
         println!(
-            "cross_process_p50_ms={:.3} cross_process_p99_ms={:.3} local_p50_ms={:.3} p50_ratio={:.2}",
+            "cross_process_p50_ms={:.3} cross_process_p99_ms={:.3} local_p50_ms={local:.3} p50_ratio={:.2}",
             across.p50_ms,
             across.p99_ms,
-            local.p50_ms,
-            across.p50_ms / local.p50_ms
+            across.p50_ms / local
         );
     }
     Ok(())
+}
+
+/// Rounds of every measurement, interleaved; the medians are printed.
+const ROUNDS: usize = 3;
+
+/// One round: the read paths, idle serve's memory, and SSE against the channel by
+/// stream count.
+type Round = (ReadTimes, f64, Vec<(usize, sse::Latency, sse::Latency)>);
+
+/// The gateway under test and what its read paths are timed against.
+struct Reads {
+    client: reqwest::Client,
+    base: String,
+    store: Arc<dyn Store>,
+    state: subflow_gateway::AppState,
+    requests: usize,
+}
+
+/// The medians of one round of [`Reads::measure`], in milliseconds.
+struct ReadTimes {
+    events_http: f64,
+    events_store: f64,
+    usage_http: f64,
+    usage_inproc: f64,
+    usage_all_day: f64,
+    usage_all_model: f64,
+}
+
+impl Reads {
+    /// Times each read path `requests` times over HTTP and in-process.
+    async fn measure(&self) -> anyhow::Result<ReadTimes> {
+        let (client, base) = (&self.client, &self.base);
+        let mut over_http = Vec::new();
+        let mut from_store = Vec::new();
+        let page = format!(
+            "{base}/api/threads/bench/runs/run-events/events?event_types=subagent.step&task_id=call_a&limit=500"
+        );
+        let mut query = EventQuery::run("bench", "run-events");
+        query.task_id = Some("call_a".into());
+        query.event_types = Some(vec!["subagent.step".into()]);
+        let query = Arc::new(query);
+        for _ in 0..self.requests {
+            let started = Instant::now();
+            let body = client.get(&page).send().await?.bytes().await?;
+            over_http.push(started.elapsed());
+            if body.len() < 1000 {
+                bail!("the events page came back short");
+            }
+            let (store, query) = (self.store.clone(), query.clone());
+            let (elapsed, rows) = tokio::spawn(async move {
+                let started = Instant::now();
+                let rows = store.list_events(&query).await;
+                (started.elapsed(), rows)
+            })
+            .await?;
+            from_store.push(elapsed);
+            if rows?.len() != 500 {
+                bail!("the store returned a short page");
+            }
+        }
+        let (mut usage, mut usage_direct) = (Vec::new(), Vec::new());
+        for _ in 0..self.requests {
+            let started = Instant::now();
+            let body = client
+                .get(format!("{base}/api/threads/bench-usage/token-usage"))
+                .send()
+                .await?
+                .bytes()
+                .await?;
+            usage.push(started.elapsed());
+            let body: serde_json::Value = serde_json::from_slice(&body)?;
+            if body["total_runs"] != 1000 {
+                bail!("token-usage counted {} runs", body["total_runs"]);
+            }
+            let state = self.state.clone();
+            let (elapsed, direct) = tokio::spawn(async move {
+                let started = Instant::now();
+                let direct = thread_token_usage(&state, LOCAL_USER, "bench-usage", true, false)
+                    .await
+                    .map(|usage| (usage.total_runs, serde_json::to_vec(&usage)));
+                (started.elapsed(), direct)
+            })
+            .await?;
+            usage_direct.push(elapsed);
+            match direct {
+                Ok((1000, Ok(text))) if text.len() >= 100 => {}
+                _ => bail!("the in-process token usage did not count the 1,000 runs"),
+            }
+        }
+        // `/api/usage` over all 10,000 runs of the ten threads, by day and by model.
+        let mut across = [Vec::new(), Vec::new()];
+        for _ in 0..self.requests {
+            for (samples, by) in across.iter_mut().zip(["day", "model"]) {
+                let started = Instant::now();
+                let body = client
+                    .get(format!("{base}/api/usage?group_by={by}"))
+                    .send()
+                    .await?
+                    .bytes()
+                    .await?;
+                samples.push(started.elapsed());
+                let body: serde_json::Value = serde_json::from_slice(&body)?;
+                if body["counted"]["runs"] != USAGE_THREADS * RUNS_PER_THREAD {
+                    bail!("/api/usage counted {} runs", body["counted"]["runs"]);
+                }
+            }
+        }
+        let [usage_all_day, usage_all_model] = across.map(p50);
+        Ok(ReadTimes {
+            events_http: p50(over_http),
+            events_store: p50(from_store),
+            usage_http: p50(usage),
+            usage_inproc: p50(usage_direct),
+            usage_all_day,
+            usage_all_model,
+        })
+    }
 }
 
 /// Threads of finished runs `/api/usage` sums; the first is the one `/token-usage` sums.
