@@ -89,11 +89,11 @@ const MIGRATIONS: &[&str] = &[
 const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The writer's page cache in KiB. Event ingest gains nothing past SQLite's default
-/// (2 MiB), but the batch worker's claims and outcome writes over a 5,000-item batch do:
-/// 16 MiB runs `subflow bench batches` about 1.7 times as fast (4,500 → 7,500 items/s).
-/// The cache fills only with pages used: an idle `serve` stays at 18 MB, and `subflow
-/// bench store` peaks at about 65 MB.
-const WRITER_CACHE_KIB: i64 = 16 * 1024;
+/// (2 MiB); the batch worker's claims and outcome writes gain a little from 4 MiB and
+/// nothing measurable past it (`subflow bench batches` ran at the same 36-44k items/s
+/// with 2, 4 and 16 MiB). The cache fills with the pages used: after 100,000 events
+/// (`subflow bench store`) 16 MiB held the process at 65 MB, 4 MiB at 40-44 MB.
+const WRITER_CACHE_KIB: i64 = 4 * 1024;
 
 /// Prepared statements kept per connection.
 const STATEMENT_CACHE: usize = 64;
