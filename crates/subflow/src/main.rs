@@ -55,9 +55,10 @@ mod storage;
 
 use std::process::ExitCode;
 
-/// jemalloc gives freed memory back to the system within seconds (its dirty pages decay
-/// on a background thread), where the system allocator kept what a long thread's or a
-/// large batch's peak took for the life of the process; SQLite allocates through it too.
+/// jemalloc gives freed memory back to the system after a second (its dirty pages decay
+/// on a background thread; `dirty_decay_ms` is set in `.cargo/config.toml`), where the
+/// system allocator kept what a long thread's or a large batch's peak took for the life
+/// of the process; SQLite allocates through it too.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

@@ -284,23 +284,24 @@ impl Follow {
 
     /// Moves the cursor over `frames` (id, whether it is the `end`, the bytes to send if
     /// wanted) and returns the bytes; `None` when none was sent and the stream goes on.
+    /// A lone frame goes out as the bytes every watcher shares; several are joined.
     fn deliver(&mut self, frames: Vec<(u64, bool, Option<Bytes>)>) -> Option<Step> {
-        let mut out = Vec::new();
+        let mut out: Vec<Bytes> = Vec::new();
         for (id, end, bytes) in frames {
             self.cursor = id;
-            if let Some(bytes) = bytes {
-                out.extend_from_slice(&bytes);
-            }
+            out.extend(bytes);
             if end {
                 self.finished = true;
                 break;
             }
         }
-        if !out.is_empty() {
-            self.sent_any = true;
-            return Some(Step::Send(Bytes::from(out)));
-        }
-        self.finished.then_some(Step::Close)
+        let bytes = match out.len() {
+            0 => return self.finished.then_some(Step::Close),
+            1 => out.pop().unwrap_or_default(),
+            _ => Bytes::from(out.concat()),
+        };
+        self.sent_any = true;
+        Some(Step::Send(bytes))
     }
 
     /// Up to `limit` stored frames after the cursor, as they were sent live.
