@@ -62,40 +62,15 @@ impl EventStore for PostgresStore {
     }
 
     async fn list_events(&self, query: &EventQuery) -> Result<Vec<RunEvent>> {
-        let rows = events_page(query)?
-            .build()
-            .fetch_all(self.pool())
-            .await
-            .map_err(Error::backend)?;
+        let rows = self.events_page(query).await?;
         rows.iter().map(event_from_row).collect()
     }
 
     async fn list_events_json(&self, query: &EventQuery) -> Result<Vec<u8>> {
-        let rows = events_page(query)?
-            .build()
-            .fetch_all(self.pool())
-            .await
-            .map_err(Error::backend)?;
+        let rows = self.events_page(query).await?;
         let mut out = Vec::new();
         for row in &rows {
-            let column = |name: &'static str| -> Result<&str> {
-                row.try_get::<&str, _>(name).map_err(Error::backend)
-            };
-            codec::EventColumns {
-                thread_id: column("thread_id")?,
-                run_id: column("run_id")?,
-                seq: get(row, "seq")?,
-                event_type: column("event_type")?,
-                category: column("category")?,
-                content: column("content")?,
-                metadata: column("metadata")?,
-                created_at: column("created_at")?,
-                user_id: row
-                    .try_get::<Option<&str>, _>("user_id")
-                    .map_err(Error::backend)?,
-                event_id: parse_event_id(column("event_id")?)?,
-            }
-            .write_json(&mut out)?;
+            event_columns(row)?.write_json(&mut out)?;
         }
         Ok(codec::finish_json_array(out))
     }
@@ -227,42 +202,57 @@ impl<'a> EventColumns<'a> {
     }
 }
 
-/// The statement of one page of a run's events.
-fn events_page(query: &EventQuery) -> Result<QueryBuilder<Postgres>> {
-    query.validate()?;
-    let mut sql = QueryBuilder::<Postgres>::new(select_events!());
-    sql.push(" WHERE thread_id = ").push_bind(&query.thread_id);
-    sql.push(" AND run_id = ").push_bind(&query.run_id);
-    if let Some(after) = query.after_seq {
-        sql.push(" AND seq > ").push_bind(after);
+impl PostgresStore {
+    /// The rows of one page of a run's events.
+    async fn events_page(&self, query: &EventQuery) -> Result<Vec<PgRow>> {
+        query.validate()?;
+        let mut sql = QueryBuilder::<Postgres>::new(select_events!());
+        sql.push(" WHERE thread_id = ").push_bind(&query.thread_id);
+        sql.push(" AND run_id = ").push_bind(&query.run_id);
+        if let Some(after) = query.after_seq {
+            sql.push(" AND seq > ").push_bind(after);
+        }
+        if let Some(types) = query.type_filter() {
+            sql.push(" AND event_type = ANY(")
+                .push_bind(types)
+                .push(")");
+        }
+        // Filtering on the column inside the statement puts the task filter before LIMIT.
+        if let Some(task_id) = &query.task_id {
+            sql.push(" AND task_id = ").push_bind(task_id);
+        }
+        sql.push(" ORDER BY seq LIMIT ")
+            .push_bind(i64::from(query.limit));
+        sql.build()
+            .fetch_all(self.pool())
+            .await
+            .map_err(Error::backend)
     }
-    if let Some(types) = query.type_filter() {
-        sql.push(" AND event_type = ANY(")
-            .push_bind(types)
-            .push(")");
-    }
-    // Filtering on the column inside the statement puts the task filter before LIMIT.
-    if let Some(task_id) = &query.task_id {
-        sql.push(" AND task_id = ").push_bind(task_id);
-    }
-    sql.push(" ORDER BY seq LIMIT ")
-        .push_bind(i64::from(query.limit));
-    Ok(sql)
+}
+
+/// The columns of a [`select_events!`] row.
+fn event_columns(row: &PgRow) -> Result<codec::EventColumns<'_>> {
+    let column = |name: &'static str| -> Result<&str> {
+        row.try_get::<&str, _>(name).map_err(Error::backend)
+    };
+    Ok(codec::EventColumns {
+        thread_id: column("thread_id")?,
+        run_id: column("run_id")?,
+        seq: get(row, "seq")?,
+        event_type: column("event_type")?,
+        category: column("category")?,
+        content: column("content")?,
+        metadata: column("metadata")?,
+        created_at: column("created_at")?,
+        user_id: row
+            .try_get::<Option<&str>, _>("user_id")
+            .map_err(Error::backend)?,
+        event_id: parse_event_id(column("event_id")?)?,
+    })
 }
 
 fn event_from_row(row: &PgRow) -> Result<RunEvent> {
-    Ok(RunEvent {
-        event_id: parse_event_id(&get::<String>(row, "event_id")?)?,
-        thread_id: get(row, "thread_id")?,
-        run_id: get(row, "run_id")?,
-        seq: get(row, "seq")?,
-        event_type: get(row, "event_type")?,
-        category: get(row, "category")?,
-        content: codec::json("run_events.content", &get::<String>(row, "content")?)?,
-        metadata: codec::object("run_events.metadata", &get::<String>(row, "metadata")?)?,
-        created_at: get(row, "created_at")?,
-        user_id: get(row, "user_id")?,
-    })
+    event_columns(row)?.decode()
 }
 
 fn parse_event_id(text: &str) -> Result<Uuid> {

@@ -111,21 +111,30 @@ fn events_page(query: &EventQuery) -> Result<(String, Vec<SqlValue>)> {
     Ok((sql, params))
 }
 
-/// Decodes a [`SELECT_EVENTS`] row.
-fn decode_event(row: &Row<'_>) -> Result<RunEvent> {
+/// The columns of a [`SELECT_EVENTS`] row.
+fn event_columns<'r>(row: &'r Row<'_>) -> Result<codec::EventColumns<'r>> {
     let event_id = row.get_ref(9).db()?.as_blob().map_err(Error::backend)?;
-    Ok(RunEvent {
-        thread_id: row.get(0).db()?,
-        run_id: row.get(1).db()?,
+    Ok(codec::EventColumns {
+        thread_id: text(row, 0)?,
+        run_id: text(row, 1)?,
         seq: row.get(2).db()?,
-        event_type: row.get(3).db()?,
-        category: row.get(4).db()?,
-        content: codec::json("run_events.content", text(row, 5)?)?,
-        metadata: codec::object("run_events.metadata", text(row, 6)?)?,
-        created_at: row.get(7).db()?,
-        user_id: row.get(8).db()?,
+        event_type: text(row, 3)?,
+        category: text(row, 4)?,
+        content: text(row, 5)?,
+        metadata: text(row, 6)?,
+        created_at: text(row, 7)?,
+        user_id: row
+            .get_ref(8)
+            .db()?
+            .as_str_or_null()
+            .map_err(Error::backend)?,
         event_id: codec::uuid("run_events.event_id", event_id)?,
     })
+}
+
+/// Decodes a [`SELECT_EVENTS`] row.
+fn decode_event(row: &Row<'_>) -> Result<RunEvent> {
+    event_columns(row)?.decode()
 }
 
 #[async_trait]
@@ -208,21 +217,7 @@ impl EventStore for SqliteStore {
             let mut rows = statement.query(params_from_iter(params)).db()?;
             let mut out = Vec::new();
             while let Some(row) = rows.next().db()? {
-                let event_id = row.get_ref(9).db()?.as_blob().map_err(Error::backend)?;
-                let user_id = row.get_ref(8).db()?;
-                codec::EventColumns {
-                    thread_id: text(row, 0)?,
-                    run_id: text(row, 1)?,
-                    seq: row.get(2).db()?,
-                    event_type: text(row, 3)?,
-                    category: text(row, 4)?,
-                    content: text(row, 5)?,
-                    metadata: text(row, 6)?,
-                    created_at: text(row, 7)?,
-                    user_id: user_id.as_str_or_null().map_err(Error::backend)?,
-                    event_id: codec::uuid("run_events.event_id", event_id)?,
-                }
-                .write_json(&mut out)?;
+                event_columns(row)?.write_json(&mut out)?;
             }
             Ok(codec::finish_json_array(out))
         })

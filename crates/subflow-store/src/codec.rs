@@ -64,6 +64,22 @@ pub struct EventColumns<'a> {
 }
 
 impl EventColumns<'_> {
+    /// The event these columns hold, its JSON columns decoded.
+    pub fn decode(&self) -> Result<subflow_contracts::RunEvent> {
+        Ok(subflow_contracts::RunEvent {
+            thread_id: self.thread_id.to_owned(),
+            run_id: self.run_id.to_owned(),
+            seq: self.seq,
+            event_type: self.event_type.to_owned(),
+            category: self.category.to_owned(),
+            content: json("run_events.content", self.content)?,
+            metadata: object("run_events.metadata", self.metadata)?,
+            created_at: self.created_at.to_owned(),
+            user_id: self.user_id.map(str::to_owned),
+            event_id: self.event_id,
+        })
+    }
+
     /// Appends the event to a JSON array under way in `out` (a comma first unless it is
     /// the array's first element), the same bytes serde writes for the
     /// [`subflow_contracts::RunEvent`] it decodes to, with [`HIDDEN_METADATA_KEY`] left

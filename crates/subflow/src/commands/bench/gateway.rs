@@ -176,30 +176,21 @@ struct ReadTimes {
 impl Reads {
     /// Times each read path `requests` times over HTTP and in-process.
     async fn measure(&self) -> anyhow::Result<ReadTimes> {
-        let (client, base) = (&self.client, &self.base);
         let mut over_http = Vec::new();
         let mut from_store = Vec::new();
-        let page = format!(
-            "{base}/api/threads/bench/runs/run-events/events?event_types=subagent.step&task_id=call_a&limit=500"
-        );
+        let page = "/api/threads/bench/runs/run-events/events?event_types=subagent.step&task_id=call_a&limit=500";
         let mut query = EventQuery::run("bench", "run-events");
         query.task_id = Some("call_a".into());
         query.event_types = Some(vec!["subagent.step".into()]);
         let query = Arc::new(query);
         for _ in 0..self.requests {
-            let started = Instant::now();
-            let body = client.get(&page).send().await?.bytes().await?;
-            over_http.push(started.elapsed());
+            let (elapsed, body) = self.get(page).await?;
+            over_http.push(elapsed);
             if body.len() < 1000 {
                 bail!("the events page came back short");
             }
             let (store, query) = (self.store.clone(), query.clone());
-            let (elapsed, rows) = tokio::spawn(async move {
-                let started = Instant::now();
-                let rows = store.list_events(&query).await;
-                (started.elapsed(), rows)
-            })
-            .await?;
+            let (elapsed, rows) = on_worker(async move { store.list_events(&query).await }).await?;
             from_store.push(elapsed);
             if rows?.len() != 500 {
                 bail!("the store returned a short page");
@@ -207,25 +198,17 @@ impl Reads {
         }
         let (mut usage, mut usage_direct) = (Vec::new(), Vec::new());
         for _ in 0..self.requests {
-            let started = Instant::now();
-            let body = client
-                .get(format!("{base}/api/threads/bench-usage/token-usage"))
-                .send()
-                .await?
-                .bytes()
-                .await?;
-            usage.push(started.elapsed());
+            let (elapsed, body) = self.get("/api/threads/bench-usage/token-usage").await?;
+            usage.push(elapsed);
             let body: serde_json::Value = serde_json::from_slice(&body)?;
             if body["total_runs"] != 1000 {
                 bail!("token-usage counted {} runs", body["total_runs"]);
             }
             let state = self.state.clone();
-            let (elapsed, direct) = tokio::spawn(async move {
-                let started = Instant::now();
-                let direct = thread_token_usage(&state, LOCAL_USER, "bench-usage", true, false)
+            let (elapsed, direct) = on_worker(async move {
+                thread_token_usage(&state, LOCAL_USER, "bench-usage", true, false)
                     .await
-                    .map(|usage| (usage.total_runs, serde_json::to_vec(&usage)));
-                (started.elapsed(), direct)
+                    .map(|usage| (usage.total_runs, serde_json::to_vec(&usage)))
             })
             .await?;
             usage_direct.push(elapsed);
@@ -238,14 +221,8 @@ impl Reads {
         let mut across = [Vec::new(), Vec::new()];
         for _ in 0..self.requests {
             for (samples, by) in across.iter_mut().zip(["day", "model"]) {
-                let started = Instant::now();
-                let body = client
-                    .get(format!("{base}/api/usage?group_by={by}"))
-                    .send()
-                    .await?
-                    .bytes()
-                    .await?;
-                samples.push(started.elapsed());
+                let (elapsed, body) = self.get(&format!("/api/usage?group_by={by}")).await?;
+                samples.push(elapsed);
                 let body: serde_json::Value = serde_json::from_slice(&body)?;
                 if body["counted"]["runs"] != USAGE_THREADS * RUNS_PER_THREAD {
                     bail!("/api/usage counted {} runs", body["counted"]["runs"]);
@@ -262,6 +239,34 @@ impl Reads {
             usage_all_model,
         })
     }
+}
+
+impl Reads {
+    /// A GET of `path` on the gateway: how long until its whole body arrived, and the body.
+    async fn get(&self, path: &str) -> anyhow::Result<(Duration, Vec<u8>)> {
+        let started = Instant::now();
+        let body = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await?
+            .bytes()
+            .await?;
+        Ok((started.elapsed(), body.to_vec()))
+    }
+}
+
+/// Runs `work` in a spawned task, on a runtime worker as a request's handler runs: how
+/// long it took there, and its output.
+async fn on_worker<T: Send + 'static>(
+    work: impl std::future::Future<Output = T> + Send + 'static,
+) -> anyhow::Result<(Duration, T)> {
+    Ok(tokio::spawn(async move {
+        let started = Instant::now();
+        let output = work.await;
+        (started.elapsed(), output)
+    })
+    .await?)
 }
 
 /// Threads of finished runs `/api/usage` sums; the first is the one `/token-usage` sums.
