@@ -139,8 +139,9 @@ pub async fn not_found() -> ApiError {
     ApiError::NotFound("Not Found".to_owned())
 }
 
-/// Parses a JSON object body (an empty one reads as `{}`); malformed JSON, anything but
-/// an object, wrong types and unknown fields are 422 with a message that says what is wrong.
+/// Parses a JSON object body (an empty one reads as `{}`); malformed JSON (whitespace
+/// alone included), anything but an object, wrong types and unknown fields are 422 with
+/// a message that says what is wrong.
 pub fn parse_body<T: DeserializeOwned>(
     body: &Result<Bytes, BytesRejection>,
 ) -> Result<T, ApiError> {
@@ -170,7 +171,8 @@ pub fn parse_body_within<T: DeserializeOwned>(
             )));
         }
     };
-    let text = if body.iter().all(u8::is_ascii_whitespace) {
+    // Only a body with nothing in it is absent: whitespace alone is not JSON.
+    let text = if body.is_empty() {
         &b"{}"[..]
     } else {
         &body[..]
@@ -193,5 +195,38 @@ pub fn checked_thread_id(thread_id: &str) -> Result<&str, ApiError> {
         Err(ApiError::Unprocessable(format!(
             "Invalid thread_id '{thread_id}': expected 1-64 characters from A-Z, a-z, 0-9, '_' and '-'"
         )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Default, PartialEq, serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Probe {
+        limit: Option<u32>,
+    }
+
+    fn parse(body: &'static [u8]) -> Result<Probe, ApiError> {
+        parse_body(&Ok(Bytes::from_static(body)))
+    }
+
+    #[test]
+    fn an_empty_body_is_an_empty_object_and_whitespace_alone_is_no_json() {
+        assert_eq!(parse(b"").unwrap(), Probe::default());
+        assert_eq!(
+            parse(b" {\"limit\": 3}\n").unwrap(),
+            Probe { limit: Some(3) }
+        );
+        for body in [&b"\r"[..], b" \n", b"[]", b"{\"other\": 1}", b"{"] {
+            assert!(
+                matches!(
+                    parse_body::<Probe>(&Ok(Bytes::from_static(body))),
+                    Err(ApiError::Unprocessable(_))
+                ),
+                "{body:?} is 422"
+            );
+        }
     }
 }
