@@ -77,7 +77,7 @@ pub async fn run(
         let stream = tokio::select! {
             () = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => unbuffered(stream),
                 Err(error) => {
                     accept_failed(error).await;
                     continue;
@@ -97,6 +97,16 @@ pub async fn run(
     drop(done_rx);
     done_tx.closed().await;
     Ok(())
+}
+
+/// `stream` with Nagle's algorithm off. A stream's frames are small writes: with it on,
+/// a frame written while the client has not yet acknowledged the previous one waits for
+/// that acknowledgement, which the client delays by up to 40 ms.
+fn unbuffered(stream: TcpStream) -> TcpStream {
+    if let Err(error) = stream.set_nodelay(true) {
+        tracing::debug!(%error, "TCP_NODELAY could not be set");
+    }
+    stream
 }
 
 /// What `accept` failing means: a client that went away is nothing; anything else
@@ -367,4 +377,22 @@ pub(crate) fn timed_out<'a>(
         cause = error.source();
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn accepted_connections_send_small_writes_at_once() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(address).await.unwrap();
+        let (stream, _) = listener.accept().await.unwrap();
+        assert!(
+            !stream.nodelay().unwrap(),
+            "sockets start with Nagle's algorithm on"
+        );
+        assert!(unbuffered(stream).nodelay().unwrap());
+    }
 }

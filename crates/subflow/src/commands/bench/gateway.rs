@@ -121,7 +121,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         let (p50, p99) = (sse(|l| l.p50_ms), sse(|l| l.p99_ms));
         let (channel_p50, channel_p99) = (channel(|l| l.p50_ms), channel(|l| l.p99_ms));
         eprintln!(
-            "bench gateway: SSE latency of {} subagent steps a round ({} per run, {} ms apart) with {streams} concurrent stream(s); baseline: the runtime's output channel",
+            "bench gateway: SSE latency of {} subagent steps a round ({} per run, {} ms apart) with {streams} concurrent stream(s) (groups of runs one after another until at least 200 steps); baseline: the runtime's output channel",
             rounds[0].2[index].1.samples, args.steps, args.step_delay_ms
         );
         println!(

@@ -167,28 +167,33 @@ fn step_latency(payload: &Value, run_id: &str, stamps: &Stamps) -> Option<Durati
         .map(|finished| finished.elapsed())
 }
 
-/// `streams` runs at once through a gateway, each followed by its own SSE client.
+/// `turns` times in turn, `streams` runs at once through a gateway, each followed by
+/// its own SSE client.
 async fn over_sse(
     dir: &std::path::Path,
     script: &std::path::Path,
     streams: usize,
+    turns: usize,
 ) -> anyhow::Result<Latency> {
     let stamps = Stamps::default();
     let name = format!("sse-{streams}");
     let runtime = runtime(dir, &name, script, streams, stamps.clone()).await?;
     let (base, server) = serve(runtime).await?;
     let client = reqwest::Client::builder().no_proxy().build()?;
-    let mut clients = Vec::new();
-    for n in 0..streams {
-        let (client, base, stamps) = (client.clone(), base.clone(), stamps.clone());
-        clients.push(tokio::spawn(async move {
-            let response = start_run(&client, &base, &format!("bench-sse-{n}")).await?;
-            time_steps(response, &stamps).await
-        }));
-    }
     let mut samples = Vec::new();
-    for client in clients {
-        samples.extend(client.await.context("an SSE client failed")??);
+    for turn in 0..turns {
+        let mut clients = Vec::new();
+        for n in 0..streams {
+            let (client, base, stamps) = (client.clone(), base.clone(), stamps.clone());
+            clients.push(tokio::spawn(async move {
+                let thread = format!("bench-sse-{turn}-{n}");
+                let response = start_run(&client, &base, &thread).await?;
+                time_steps(response, &stamps).await
+            }));
+        }
+        for client in clients {
+            samples.extend(client.await.context("an SSE client failed")??);
+        }
     }
     server.abort();
     Latency::of(samples)
@@ -340,75 +345,86 @@ async fn time_steps(
     Ok(latencies)
 }
 
-/// The same `streams` runs executed by the runtime directly, each read from its output
-/// channel by a task of its own.
+/// The same runs executed by the runtime directly, each read from its output channel
+/// by a task of its own.
 async fn over_channel(
     dir: &std::path::Path,
     script: &std::path::Path,
     streams: usize,
+    turns: usize,
 ) -> anyhow::Result<Latency> {
     let stamps = Stamps::default();
     let name = format!("channel-{streams}");
     let options = runtime(dir, &name, script, streams, stamps.clone()).await?;
     let store = options.store.clone();
     let runtime = options.build();
-    let mut runs = Vec::new();
-    for n in 0..streams {
-        let (runtime, store, stamps) = (runtime.clone(), store.clone(), stamps.clone());
-        runs.push(tokio::spawn(async move {
-            let (thread_id, run_id) = (format!("bench-channel-{n}"), format!("run-{n}"));
-            store
-                .create_run(NewRun {
-                    run_id: run_id.clone(),
-                    thread_id: thread_id.clone(),
-                    owner: "bench".into(),
-                    assistant_id: "lead_agent".into(),
-                    model_name: None,
-                    trace_id: None,
-                    metadata: Default::default(),
-                    multitask_strategy: "reject".into(),
-                    kwargs: json!({}),
-                })
-                .await?;
-            let (sink, mut output) = OutputSink::channel();
-            let key = run_id.clone();
-            let consumer = tokio::spawn(async move {
-                let mut latencies = Vec::new();
-                while let Some(item) = output.recv().await {
-                    if let RunOutput::Custom { payload, .. } = item
-                        && let Some(latency) = step_latency(&payload, &key, &stamps)
-                    {
-                        latencies.push(latency);
-                    }
-                }
-                latencies
-            });
-            let spec = RunSpec {
-                lease_owner: None,
-                thread_id,
-                run_id,
-                user_id: Some("bench".into()),
-                model_name: None,
-                input: vec![Message::human("Survey everything")],
-                trace_id: uuid::Uuid::new_v4().simple().to_string(),
-                delegation_trace: None,
-                cancel: CancellationToken::new(),
-                tasks: Default::default(),
-                timeout: Duration::from_secs(600),
-                trace: Default::default(),
-            };
-            runtime.run(spec, sink).await;
-            anyhow::Ok(consumer.await?)
-        }));
-    }
     let mut samples = Vec::new();
-    for run in runs {
-        samples.extend(run.await.context("a baseline run failed")??);
+    for turn in 0..turns {
+        let mut runs = Vec::new();
+        for n in 0..streams {
+            let (runtime, store, stamps) = (runtime.clone(), store.clone(), stamps.clone());
+            runs.push(tokio::spawn(async move {
+                let (thread_id, run_id) = (
+                    format!("bench-channel-{turn}-{n}"),
+                    format!("run-{turn}-{n}"),
+                );
+                store
+                    .create_run(NewRun {
+                        run_id: run_id.clone(),
+                        thread_id: thread_id.clone(),
+                        owner: "bench".into(),
+                        assistant_id: "lead_agent".into(),
+                        model_name: None,
+                        trace_id: None,
+                        metadata: Default::default(),
+                        multitask_strategy: "reject".into(),
+                        kwargs: json!({}),
+                    })
+                    .await?;
+                let (sink, mut output) = OutputSink::channel();
+                let key = run_id.clone();
+                let consumer = tokio::spawn(async move {
+                    let mut latencies = Vec::new();
+                    while let Some(item) = output.recv().await {
+                        if let RunOutput::Custom { payload, .. } = item
+                            && let Some(latency) = step_latency(&payload, &key, &stamps)
+                        {
+                            latencies.push(latency);
+                        }
+                    }
+                    latencies
+                });
+                let spec = RunSpec {
+                    lease_owner: None,
+                    thread_id,
+                    run_id,
+                    user_id: Some("bench".into()),
+                    model_name: None,
+                    input: vec![Message::human("Survey everything")],
+                    trace_id: uuid::Uuid::new_v4().simple().to_string(),
+                    delegation_trace: None,
+                    cancel: CancellationToken::new(),
+                    tasks: Default::default(),
+                    timeout: Duration::from_secs(600),
+                    trace: Default::default(),
+                };
+                runtime.run(spec, sink).await;
+                anyhow::Ok(consumer.await?)
+            }));
+        }
+        for run in runs {
+            samples.extend(run.await.context("a baseline run failed")??);
+        }
     }
     Latency::of(samples)
 }
 
-/// SSE and channel latency with `streams` concurrent runs of `steps` AI steps each.
+/// Fewest steps a latency measurement times, so that its 99th percentile is not simply
+/// its slowest step.
+const MIN_SAMPLES: usize = 200;
+
+/// SSE and channel latency with `streams` concurrent runs of `steps` AI steps each,
+/// repeated in turn until at least [`MIN_SAMPLES`] steps are timed.
 pub async fn measure(
     dir: &std::path::Path,
     streams: usize,
@@ -417,10 +433,12 @@ pub async fn measure(
 ) -> anyhow::Result<(Latency, Latency)> {
     let path = dir.join(format!("sse-script-{streams}.json"));
     std::fs::write(&path, script(steps, delay_ms).to_string()).context("writing the script")?;
-    let channel = over_channel(dir, &path, streams).await?;
-    let sse = over_sse(dir, &path, streams).await?;
     // Every AI step is measured, the subagent's final answer included.
-    let expected = streams * (steps + 1);
+    let per_turn = streams * (steps + 1);
+    let turns = MIN_SAMPLES.div_ceil(per_turn);
+    let channel = over_channel(dir, &path, streams, turns).await?;
+    let sse = over_sse(dir, &path, streams, turns).await?;
+    let expected = per_turn * turns;
     if sse.samples != expected || channel.samples != expected {
         bail!(
             "expected {expected} steps, measured {} over SSE and {} from the channel",
