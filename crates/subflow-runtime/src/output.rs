@@ -7,7 +7,7 @@ use std::time::Instant;
 use serde_json::{Map, Value, json};
 use subflow_contracts::messages::{AiMessage, Message};
 use subflow_contracts::task_events::TaskEvent;
-use subflow_store::buffer::EventBuffer;
+use subflow_store::buffer::{EventBuffer, Loan};
 use tokio::sync::mpsc;
 
 use subflow_contracts::status::SubagentStopReason;
@@ -109,8 +109,9 @@ pub struct OutputSink {
 
 /// The event buffers of one run, for a consumer that must not show an output item
 /// before the records of what it shows are stored: the runtime records an event before
-/// it sends the item that shows it, so a [`EventBarrier::flush`] that succeeded covers
-/// every item received until then.
+/// it sends the item that shows it, so the records of a [`EventBarrier::lend`] cover
+/// every item received until then. The consumer stores them with what it writes itself
+/// and settles the loan.
 #[derive(Debug, Clone, Default)]
 pub struct EventBarrier(Arc<Mutex<Vec<EventBuffer>>>);
 
@@ -123,14 +124,15 @@ impl EventBarrier {
             .push(buffer);
     }
 
-    /// Stores what every buffer holds now; true when all of it is stored.
-    pub async fn flush(&self) -> bool {
+    /// What every buffer holds now, lent: the buffers store nothing until the loan is
+    /// settled.
+    pub async fn lend(&self) -> Loan {
         let buffers = self.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        let mut stored = true;
+        let mut loan = Loan::default();
         for buffer in &buffers {
-            stored &= buffer.flush().await;
+            buffer.lend_to(&mut loan).await;
         }
-        stored
+        loan
     }
 }
 

@@ -137,67 +137,89 @@ fn decode_event(row: &Row<'_>) -> Result<RunEvent> {
     event_columns(row)?.decode()
 }
 
+/// A validated batch of run events of one thread, ready for the writer.
+pub(crate) struct EventRows {
+    thread_id: String,
+    rows: Vec<EventRow>,
+}
+
+impl EventRows {
+    /// The rows of `batch`, checked as [`EventStore::append`] checks them.
+    pub(crate) fn new(batch: &[NewEvent]) -> Result<Self> {
+        validate_batch(batch)?;
+        Ok(EventRows {
+            thread_id: batch
+                .first()
+                .map(|e| e.thread_id.clone())
+                .unwrap_or_default(),
+            rows: batch.iter().map(EventRow::new).collect(),
+        })
+    }
+
+    /// Inserts the rows not yet stored in the writer's transaction, each with the
+    /// thread's next `seq`; how many were written.
+    pub(crate) fn insert(&self, tx: &Connection) -> Result<usize> {
+        if self.rows.is_empty() {
+            return Ok(0);
+        }
+        let last: i64 = tx
+            .prepare_cached("SELECT last_seq FROM thread_seq WHERE thread_id = ?")
+            .db()?
+            .query_row([&self.thread_id], |row| row.get(0))
+            .optional()
+            .db()?
+            .unwrap_or(0);
+        let mut next = last + 1;
+        {
+            // Nothing follows a run's end, whoever still writes for it (a process that
+            // lost the run's lease): each run is looked up once.
+            let mut ended: HashMap<&str, bool> = HashMap::new();
+            let mut run_ended = tx.prepare_cached(RUN_ENDED).db()?;
+            let mut insert = tx.prepare_cached(INSERT_EVENT_IF_NEW).db()?;
+            for row in &self.rows {
+                let has_ended = match ended.entry(row.run_id.as_str()) {
+                    Entry::Occupied(entry) => *entry.get(),
+                    Entry::Vacant(entry) => *entry.insert(
+                        run_ended
+                            .query_row([&self.thread_id, &row.run_id], |r| r.get(0))
+                            .db()?,
+                    ),
+                };
+                if has_ended {
+                    continue;
+                }
+                // A record stored by an earlier, ambiguous attempt (or twice in this
+                // batch) is skipped and takes no seq, so seqs stay gap-free exactly as
+                // in the other backends.
+                if row.insert(&mut insert, next)? > 0 {
+                    next += 1;
+                    if row.event_type == EventType::RunEnd.as_str() {
+                        ended.insert(row.run_id.as_str(), true);
+                    }
+                }
+            }
+        }
+        if next > last + 1 {
+            tx.prepare_cached(
+                "INSERT INTO thread_seq (thread_id, last_seq) VALUES (?, ?) \
+                 ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq",
+            )
+            .db()?
+            .execute(params![self.thread_id, next - 1])
+            .db()?;
+        }
+        Ok((next - last - 1) as usize)
+    }
+}
+
 #[async_trait]
 impl EventStore for SqliteStore {
     async fn append(&self, batch: &[NewEvent]) -> Result<AppendOutcome> {
-        validate_batch(batch)?;
-        let Some(first) = batch.first() else {
+        let rows = EventRows::new(batch)?;
+        if batch.is_empty() {
             return Ok(AppendOutcome::default());
-        };
-        let thread_id = first.thread_id.clone();
-        let rows: Vec<EventRow> = batch.iter().map(EventRow::new).collect();
-        let written = self
-            .write(move |conn| {
-                let tx: &Connection = conn;
-                let last: i64 = tx
-                    .prepare_cached("SELECT last_seq FROM thread_seq WHERE thread_id = ?")
-                    .db()?
-                    .query_row([&thread_id], |row| row.get(0))
-                    .optional()
-                    .db()?
-                    .unwrap_or(0);
-                let mut next = last + 1;
-                {
-                    // Nothing follows a run's end, whoever still writes for it (a
-                    // process that lost the run's lease): each run is looked up once.
-                    let mut ended: HashMap<&str, bool> = HashMap::new();
-                    let mut run_ended = tx.prepare_cached(RUN_ENDED).db()?;
-                    let mut insert = tx.prepare_cached(INSERT_EVENT_IF_NEW).db()?;
-                    for row in &rows {
-                        let has_ended = match ended.entry(row.run_id.as_str()) {
-                            Entry::Occupied(entry) => *entry.get(),
-                            Entry::Vacant(entry) => *entry.insert(
-                                run_ended
-                                    .query_row([&thread_id, &row.run_id], |r| r.get(0))
-                                    .db()?,
-                            ),
-                        };
-                        if has_ended {
-                            continue;
-                        }
-                        // A record stored by an earlier, ambiguous attempt (or twice in
-                        // this batch) is skipped and takes no seq, so seqs stay gap-free
-                        // exactly as in the other backends.
-                        if row.insert(&mut insert, next)? > 0 {
-                            next += 1;
-                            if row.event_type == EventType::RunEnd.as_str() {
-                                ended.insert(row.run_id.as_str(), true);
-                            }
-                        }
-                    }
-                }
-                if next > last + 1 {
-                    tx.prepare_cached(
-                        "INSERT INTO thread_seq (thread_id, last_seq) VALUES (?, ?) \
-                         ON CONFLICT (thread_id) DO UPDATE SET last_seq = excluded.last_seq",
-                    )
-                    .db()?
-                    .execute(params![thread_id, next - 1])
-                    .db()?;
-                }
-                Ok((next - last - 1) as usize)
-            })
-            .await?;
+        }
+        let written = self.write(move |conn| rows.insert(conn)).await?;
         Ok(AppendOutcome {
             written,
             skipped: batch.len() - written,

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params, params_from_iter};
-use subflow_contracts::RunStatus;
+use subflow_contracts::{NewEvent, RunStatus};
 use subflow_store::streams::{epoch_millis, millis, validate_frame_page};
 use subflow_store::{
     AppendOutcome, Error, FrameBatch, NewFrame, OrphanScope, OrphanedRun, RecoveredRun, Result,
@@ -14,6 +14,7 @@ use subflow_store::{
     now_rfc3339,
 };
 
+use crate::events::EventRows;
 use crate::{Db, SqliteStore, query_all};
 
 const INSERT_FRAME: &str =
@@ -90,6 +91,39 @@ impl SqliteStore {
     }
 }
 
+/// Appends `batch` in the writer's transaction: how many frames were new, and the last
+/// id to announce when the log moved (or ended).
+fn insert_frames(tx: &Connection, batch: &FrameBatch) -> Result<(usize, Option<i64>)> {
+    let exists = tx
+        .prepare_cached("SELECT 1 FROM runs WHERE run_id = ? AND thread_id = ?")
+        .db()?
+        .query_row([&batch.run_id, &batch.thread_id], |_| Ok(()))
+        .optional()
+        .db()?
+        .is_some();
+    if !exists {
+        return Err(Error::RunNotFound(batch.run_id.clone()));
+    }
+    check_lease(tx, &batch.run_id, batch.lease_owner.as_deref())?;
+    let (last_id, ended) = open_log(tx, &batch.run_id, &batch.thread_id)?;
+    if ended {
+        return Ok((0, None));
+    }
+    let fresh = batch.fresh_after(last_id)?;
+    {
+        let mut insert = tx.prepare_cached(INSERT_FRAME).db()?;
+        for frame in fresh {
+            insert
+                .execute(params![batch.run_id, frame.id, frame.event, frame.data])
+                .db()?;
+        }
+    }
+    let new_last = fresh.last().map_or(last_id, |f| f.id);
+    advance_log(tx, &batch.run_id, new_last, batch.ends)?;
+    let announce = !fresh.is_empty() || batch.ends;
+    Ok((fresh.len(), announce.then_some(new_last)))
+}
+
 fn forget_lease(tx: &Connection, run_id: &str) -> Result<()> {
     for sql in [
         "DELETE FROM run_leases WHERE run_id = ?",
@@ -104,40 +138,23 @@ fn forget_lease(tx: &Connection, run_id: &str) -> Result<()> {
 #[async_trait]
 impl StreamStore for SqliteStore {
     async fn append_frames(&self, batch: &FrameBatch) -> Result<AppendOutcome> {
+        self.append_events_and_frames(&[], batch).await
+    }
+
+    /// One writer job: the events and the frames share a transaction.
+    async fn append_events_and_frames(
+        &self,
+        events: &[NewEvent],
+        batch: &FrameBatch,
+    ) -> Result<AppendOutcome> {
         batch.validate()?;
+        let rows = EventRows::new(events)?;
         let owned = batch.clone();
         let (written, announce) = self
             .write(move |conn| {
-                let batch = owned;
                 let tx: &Connection = conn;
-                let exists = tx
-                    .prepare_cached("SELECT 1 FROM runs WHERE run_id = ? AND thread_id = ?")
-                    .db()?
-                    .query_row([&batch.run_id, &batch.thread_id], |_| Ok(()))
-                    .optional()
-                    .db()?
-                    .is_some();
-                if !exists {
-                    return Err(Error::RunNotFound(batch.run_id.clone()));
-                }
-                check_lease(tx, &batch.run_id, batch.lease_owner.as_deref())?;
-                let (last_id, ended) = open_log(tx, &batch.run_id, &batch.thread_id)?;
-                if ended {
-                    return Ok((0, None));
-                }
-                let fresh = batch.fresh_after(last_id)?;
-                {
-                    let mut insert = tx.prepare_cached(INSERT_FRAME).db()?;
-                    for frame in fresh {
-                        insert
-                            .execute(params![batch.run_id, frame.id, frame.event, frame.data])
-                            .db()?;
-                    }
-                }
-                let new_last = fresh.last().map_or(last_id, |f| f.id);
-                advance_log(tx, &batch.run_id, new_last, batch.ends)?;
-                let announce = !fresh.is_empty() || batch.ends;
-                Ok((fresh.len(), announce.then_some(new_last)))
+                rows.insert(tx)?;
+                insert_frames(tx, &owned)
             })
             .await?;
         if let Some(last_id) = announce {

@@ -144,7 +144,62 @@ pub struct EventScope {
 enum Command {
     Add(NewEvent),
     Flush(oneshot::Sender<bool>),
+    Lend(oneshot::Sender<Lending>),
     Close(oneshot::Sender<bool>),
+}
+
+/// A buffer's answer to a loan request.
+enum Lending {
+    /// A copy of its pending records, and where to say whether they were stored. The
+    /// buffer keeps them, and stores nothing, until that answer comes.
+    Lent(Vec<NewEvent>, oneshot::Sender<bool>),
+    /// Nothing was pending; `false` when the records were not all stored (a closing
+    /// buffer whose final flush failed and handed them to the retry queue).
+    Flushed(bool),
+}
+
+/// The records one or more buffers lent for a write of their own: the borrower stores
+/// them (in a transaction that may hold more) and settles the loan. A loan dropped
+/// unsettled leaves the records with their buffers, unstored, ahead of later records.
+#[derive(Debug, Default)]
+pub struct Loan {
+    records: Vec<NewEvent>,
+    /// Where each lending buffer is told whether its records were stored.
+    lenders: Vec<oneshot::Sender<bool>>,
+    /// A buffer that lent nothing said its records are not all stored.
+    unsettled: bool,
+}
+
+impl Loan {
+    /// The lent records, in each buffer's order, buffers in the order they lent.
+    pub fn records(&self) -> &[NewEvent] {
+        &self.records
+    }
+
+    /// False when a buffer without records to lend had failed to store its own (they
+    /// are with the retry queue): the records the borrower meant to follow are not
+    /// stored.
+    pub fn complete(&self) -> bool {
+        !self.unsettled
+    }
+
+    /// Says whether the records were stored; unstored ones stay with their buffers.
+    pub fn settle(mut self, stored: bool) {
+        self.tell(stored);
+    }
+
+    fn tell(&mut self, stored: bool) {
+        for lender in self.lenders.drain(..) {
+            // A buffer task that is gone holds nothing more.
+            let _ = lender.send(stored);
+        }
+    }
+}
+
+impl Drop for Loan {
+    fn drop(&mut self) {
+        self.tell(false);
+    }
 }
 
 /// A cheap-to-clone handle onto one run's buffer.
@@ -259,6 +314,27 @@ impl EventBuffer {
         done_rx.await.unwrap_or(true)
     }
 
+    /// Lends the records recorded before this call to `loan`: the buffer stores nothing
+    /// until the loan is settled, so whatever the borrower writes after them follows
+    /// them. Lends nothing when nothing is pending; a closed buffer lends nothing.
+    pub async fn lend_to(&self, loan: &mut Loan) {
+        if self.unstored.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        let (reply, answer) = oneshot::channel();
+        if self.tx.send(Command::Lend(reply)).is_err() {
+            return;
+        }
+        match answer.await {
+            Ok(Lending::Lent(records, settle)) => {
+                loan.lenders.push(settle);
+                loan.records.extend(records);
+            }
+            Ok(Lending::Flushed(stored)) => loan.unsettled |= !stored,
+            Err(_) => {}
+        }
+    }
+
     /// Runs the final flush (with its retries) and stops the buffer. Records that are
     /// still unwritten afterwards are handed to the retry queue. Says whether the final
     /// flush stored everything; idempotent (a buffer already closed says true).
@@ -301,6 +377,7 @@ impl BufferTask {
             // many records instead of one per 25.
             let mut flush_now = false;
             let mut waiting = Vec::new();
+            let mut lending = None;
             let mut taken = 0;
             let closing = loop {
                 match next {
@@ -311,6 +388,10 @@ impl BufferTask {
                     Some(Command::Flush(done)) => {
                         flush_now = true;
                         waiting.push(done);
+                    }
+                    Some(Command::Lend(reply)) => {
+                        lending = Some(reply);
+                        break None;
                     }
                     Some(Command::Close(done)) => break Some(Some(done)),
                     None => break Some(None),
@@ -326,10 +407,12 @@ impl BufferTask {
             };
             if let Some(done) = closing {
                 rx.close();
+                let mut lenders = Vec::new();
                 while let Ok(command) = rx.try_recv() {
                     match command {
                         Command::Add(event) => self.push(event),
                         Command::Flush(done) => waiting.push(done),
+                        Command::Lend(reply) => lenders.push(reply),
                         Command::Close(_) => {}
                     }
                 }
@@ -337,9 +420,17 @@ impl BufferTask {
                 for done in waiting.into_iter().chain(done) {
                     let _ = done.send(stored);
                 }
+                for reply in lenders {
+                    let _ = reply.send(Lending::Flushed(stored));
+                }
                 return;
             }
-            if flush_now || self.pending.len() >= self.policy.threshold {
+            if let Some(reply) = lending {
+                let stored = self.lend(reply).await;
+                for done in waiting {
+                    let _ = done.send(stored);
+                }
+            } else if flush_now || self.pending.len() >= self.policy.threshold {
                 let stored = self.flush().await;
                 for done in waiting {
                     let _ = done.send(stored);
@@ -386,6 +477,37 @@ impl BufferTask {
                 false
             }
         }
+    }
+
+    /// Lends a copy of every pending record through `reply` and waits until the
+    /// borrower settles the loan: stored, they are done; else (or when the loan is gone)
+    /// they stay pending, ahead of anything recorded since. Says whether they were stored.
+    async fn lend(&mut self, reply: oneshot::Sender<Lending>) -> bool {
+        if self.pending.is_empty() {
+            let _ = reply.send(Lending::Flushed(true));
+            return true;
+        }
+        let (settle, settled) = oneshot::channel();
+        if reply
+            .send(Lending::Lent(self.pending.clone(), settle))
+            .is_err()
+        {
+            return false;
+        }
+        if !settled.await.unwrap_or(false) {
+            self.deadline = Some(Instant::now() + self.policy.flush_interval);
+            return false;
+        }
+        // Nothing was recorded meanwhile: this task waited, and records wait in the
+        // channel.
+        let kind = self.policy.kind;
+        let count = self.pending.len();
+        self.counters.flushes[kind.index()].fetch_add(1, Ordering::Relaxed);
+        self.counters.add_pending(kind, -(count as i64));
+        self.unstored.fetch_sub(count, Ordering::SeqCst);
+        self.pending.clear();
+        self.deadline = None;
+        true
     }
 
     /// The last flush, retried; what it cannot write goes to the retry queue. Says

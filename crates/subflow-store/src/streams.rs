@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use subflow_contracts::ThreadId;
+use subflow_contracts::{NewEvent, ThreadId};
 use tokio::sync::{broadcast, mpsc};
 
-use crate::{AppendOutcome, Error, MAX_PAGE_LIMIT, Result, RunStatusUpdate};
+use crate::{AppendOutcome, Error, EventStore, MAX_PAGE_LIMIT, Result, RunStatusUpdate};
 
 /// The PostgreSQL channel announcing appends: payload `{"run_id", "last_id"}`.
 pub const STREAM_CHANNEL: &str = "subflow_stream";
@@ -283,7 +283,7 @@ pub fn millis(duration: Duration) -> i64 {
 
 /// Storage of run stream logs, run leases and cancel requests.
 #[async_trait]
-pub trait StreamStore: Send + Sync + std::fmt::Debug {
+pub trait StreamStore: EventStore + Send + Sync + std::fmt::Debug {
     /// Appends frames to a run's log atomically and announces it. Frames already stored
     /// are skipped; the rest must continue the log (else [`Error::InvalidFrame`], nothing
     /// written); a log that has ended takes nothing (all skipped). `ends` marks the log
@@ -291,6 +291,22 @@ pub trait StreamStore: Send + Sync + std::fmt::Debug {
     /// [`Error::LeaseLost`] when the batch names a `lease_owner` that does not hold the
     /// run's lease.
     async fn append_frames(&self, batch: &FrameBatch) -> Result<AppendOutcome>;
+
+    /// Stores `events` as [`EventStore::append`] does, then `batch` as
+    /// [`StreamStore::append_frames`] does, so the frames are never stored without the
+    /// run events before them; the outcome is the frames'. An error may leave the events
+    /// stored (appending them again skips them); a backend that makes it one transaction
+    /// stores neither.
+    async fn append_events_and_frames(
+        &self,
+        events: &[NewEvent],
+        batch: &FrameBatch,
+    ) -> Result<AppendOutcome> {
+        if !events.is_empty() {
+            self.append(events).await?;
+        }
+        self.append_frames(batch).await
+    }
 
     /// Up to `limit` (1–2000) frames of a run with an id above `after_id`, ascending.
     async fn read_frames(

@@ -1,6 +1,7 @@
 //! The life of an executing run's frames in this process: numbered here, 1, 2, 3, …
-//! with no gaps; stored in id order under the run's lease (each write first flushes the
-//! run's event buffers, so the records a frame shows are stored before it); then
+//! with no gaps; stored in id order under the run's lease (each write takes what the
+//! run's event buffers hold and stores it first, in one transaction where the store
+//! can, so the records a frame shows are stored before it); then
 //! published to the run's [`Hub`] once, which shows them to watchers (commit before
 //! send). The final `end` goes in the write that ends the log.
 //!
@@ -231,11 +232,17 @@ impl Writer {
         };
         let last = frames.last().map_or(0, |f| f.id);
         if !self.unstorable {
-            if !self.barrier.flush().await {
+            let loan = self.barrier.lend().await;
+            if !loan.complete() {
                 tracing::warn!("storing the run's events failed; its frames wait");
                 return Written::Failed;
             }
-            match self.store.append_frames(&self.batch(&frames, ends)).await {
+            let written = self
+                .store
+                .append_events_and_frames(loan.records(), &self.batch(&frames, ends))
+                .await;
+            loan.settle(written.is_ok());
+            match written {
                 Ok(_) => {}
                 Err(subflow_store::Error::LeaseLost(_)) => {
                     tracing::warn!(run_id = %self.hub.run_id, "another process recovered the run; it stops here");

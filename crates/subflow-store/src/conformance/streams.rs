@@ -30,6 +30,7 @@ macro_rules! stream_conformance_tests {
             streams_leases_are_held_renewed_released_and_expire,
             streams_expired_leases_are_recovered_once_with_closing_frames,
             streams_fenced_appends_need_the_lease_and_lose_it_to_a_recovery,
+            streams_events_and_frames_are_appended_in_order_and_fenced_alike,
             streams_fenced_status_usage_and_checkpoints_need_the_lease,
             streams_startup_recovery_takes_every_active_run,
             streams_cancel_requests_are_stored_taken_once_and_announced,
@@ -522,6 +523,66 @@ pub async fn streams_expired_leases_are_recovered_once_with_closing_frames(store
             .await
             .is_empty()
     );
+}
+
+/// Run events appended with frames are stored with them, once however often the pair is
+/// retried; frames refused (lost lease) are not stored, and an empty set of events is a
+/// plain frame append.
+pub async fn streams_events_and_frames_are_appended_in_order_and_fenced_alike(
+    store: Arc<dyn Store>,
+) {
+    run_in(&*store, "t1", "r1", RunStatus::Running).await;
+    assert!(store.acquire_run_lease("r1", "a", LIVE).await.unwrap());
+    let fenced = |ids, owner: &str| FrameBatch {
+        lease_owner: Some(owner.to_owned()),
+        ..batch("t1", "r1", ids, false)
+    };
+    let step = |n: usize| super::trace("t1", "r1", n);
+    let events = [step(1), step(2)];
+    let written = store
+        .append_events_and_frames(&events, &fenced(1..=2, "a"))
+        .await
+        .unwrap();
+    assert_eq!((written.written, written.skipped), (2, 0));
+    let retried = [step(1), step(2), step(3)];
+    let retried_events = [events[0].clone(), events[1].clone(), retried[2].clone()];
+    let written = store
+        .append_events_and_frames(&retried_events, &fenced(1..=3, "a"))
+        .await
+        .unwrap();
+    assert_eq!((written.written, written.skipped), (1, 2));
+    let stored = store
+        .list_events(&crate::EventQuery::run("t1", "r1"))
+        .await
+        .unwrap();
+    let stored_ids: Vec<_> = stored.iter().map(|e| e.event_id).collect();
+    assert_eq!(
+        stored_ids,
+        retried_events
+            .iter()
+            .map(|e| e.event_id)
+            .collect::<Vec<_>>(),
+        "each event once, in order"
+    );
+    assert_eq!(ids(&*store, "r1").await, [1, 2, 3]);
+
+    assert!(matches!(
+        store
+            .append_events_and_frames(&[step(4)], &fenced(4..=4, "b"))
+            .await,
+        Err(Error::LeaseLost(_))
+    ));
+    assert_eq!(
+        ids(&*store, "r1").await,
+        [1, 2, 3],
+        "no frame past the fence"
+    );
+    let written = store
+        .append_events_and_frames(&[], &fenced(4..=5, "a"))
+        .await
+        .unwrap();
+    assert_eq!((written.written, written.skipped), (2, 0));
+    assert_eq!(ids(&*store, "r1").await, [1, 2, 3, 4, 5]);
 }
 
 /// At the start of a single-process backend, every active or leased run is an orphan,

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use subflow_contracts::task_events::map_task_event;
 use subflow_contracts::{NewEvent, RunEvent};
 use subflow_store::buffer::{
-    BufferKind, BufferPolicy, EventBuffer, EventScope, RetryPolicy, RetryQueue, StoreCounters,
+    BufferKind, BufferPolicy, EventBuffer, EventScope, Loan, RetryPolicy, RetryQueue, StoreCounters,
 };
 use subflow_store::spill::SpillFile;
 use subflow_store::{
@@ -316,6 +316,99 @@ async fn flush_stores_what_was_recorded_before_it_and_says_whether_it_did() {
     assert!(h.buffer.flush().await, "nothing pending is a success");
     h.buffer.close().await;
     assert!(h.buffer.flush().await, "a closed buffer holds nothing");
+}
+
+/// The `message_index` of each stored record, in seq order.
+async fn stored_indexes(store: &FaultyStore) -> Vec<u64> {
+    store
+        .run_events()
+        .await
+        .iter()
+        .map(|e| e.metadata["message_index"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loan_stored_by_its_borrower_is_done_and_the_buffer_writes_nothing_meanwhile() {
+    let h = harness(None);
+    for index in 1..=3 {
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
+    }
+    let mut loan = Loan::default();
+    h.buffer.lend_to(&mut loan).await;
+    assert!(loan.complete());
+    assert_eq!(loan.records().len(), 3);
+    // Records after the loan wait, whatever their triggers say, until it is settled.
+    for index in 4..=30 {
+        record_task(&h.buffer, &running("call_a", index)).unwrap();
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        h.store.batch_sizes().is_empty(),
+        "nothing written while lent"
+    );
+    h.store.append(loan.records()).await.unwrap();
+    loan.settle(true);
+    assert!(h.buffer.flush().await);
+    assert_eq!(
+        h.store.batch_sizes(),
+        [3, 27],
+        "the lent records are not written again"
+    );
+    assert_eq!(stored_indexes(&h.store).await, (1..=30).collect::<Vec<_>>());
+    assert_eq!(h.counters.pending(BufferKind::Subagent), 0);
+    assert_eq!(h.counters.flushes(BufferKind::Subagent), 2);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_loan_not_stored_or_dropped_leaves_the_records_ahead_of_newer_ones() {
+    let h = harness(None);
+    record_task(&h.buffer, &running("call_a", 1)).unwrap();
+    let mut loan = Loan::default();
+    h.buffer.lend_to(&mut loan).await;
+    record_task(&h.buffer, &running("call_a", 2)).unwrap();
+    loan.settle(false);
+    let mut again = Loan::default();
+    h.buffer.lend_to(&mut again).await;
+    assert_eq!(
+        again.records().len(),
+        2,
+        "the unstored record is lent again, first"
+    );
+    record_task(&h.buffer, &running("call_a", 3)).unwrap();
+    drop(again);
+    assert!(h.buffer.flush().await);
+    assert_eq!(stored_indexes(&h.store).await, [1, 2, 3]);
+    assert_eq!(h.counters.pending(BufferKind::Subagent), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn buffers_with_nothing_pending_lend_nothing_and_a_failed_close_says_so() {
+    let h = harness(None);
+    let mut loan = Loan::default();
+    h.buffer.lend_to(&mut loan).await;
+    assert!(loan.records().is_empty() && loan.complete());
+
+    let down = harness(Some(Faults::Down));
+    record_task(&down.buffer, &running("call_a", 1)).unwrap();
+    // The close is asked for first, so the loan is answered after the final flush.
+    let (closed, mut loan) = tokio::join!(down.buffer.close(), async {
+        let mut loan = Loan::default();
+        down.buffer.lend_to(&mut loan).await;
+        loan
+    });
+    assert!(!closed);
+    assert!(loan.records().is_empty());
+    assert!(
+        !loan.complete(),
+        "the records a loan asked for went to the retry queue unstored"
+    );
+    loan = Loan::default();
+    down.buffer.lend_to(&mut loan).await;
+    assert!(
+        loan.records().is_empty() && loan.complete(),
+        "a closed buffer lends nothing"
+    );
 }
 
 #[tokio::test(start_paused = true)]
