@@ -36,6 +36,28 @@ pub async fn run(bench: Bench) -> anyhow::Result<()> {
 }
 
 /// The middle value of a benchmark's rounds.
+/// Creates the record of a bench run, owned by `bench`, as a run request would.
+async fn create_run(
+    store: &dyn subflow_store::Store,
+    thread_id: &str,
+    run_id: &str,
+) -> anyhow::Result<()> {
+    store
+        .create_run(subflow_store::NewRun {
+            run_id: run_id.to_owned(),
+            thread_id: thread_id.to_owned(),
+            owner: "bench".into(),
+            assistant_id: "lead_agent".into(),
+            model_name: None,
+            trace_id: None,
+            metadata: Default::default(),
+            multitask_strategy: "reject".into(),
+            kwargs: serde_json::json!({}),
+        })
+        .await?;
+    Ok(())
+}
+
 fn median(mut values: Vec<f64>) -> f64 {
     values.sort_by(f64::total_cmp);
     values[values.len() / 2]

@@ -13,7 +13,7 @@ use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
 use subflow_runtime::runtime::RuntimeOptions;
-use subflow_store::{MemoryStore, NewRun, Store};
+use subflow_store::{MemoryStore, Store};
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
@@ -131,19 +131,7 @@ async fn measure(
     let retry = runtime.retry_queue().clone();
     let thread = format!("bench-{attempt}");
     let run_id = format!("run-{attempt}");
-    store
-        .create_run(NewRun {
-            run_id: run_id.clone(),
-            thread_id: thread.clone(),
-            owner: "bench".into(),
-            assistant_id: "lead_agent".into(),
-            model_name: None,
-            trace_id: None,
-            metadata: Default::default(),
-            multitask_strategy: "reject".into(),
-            kwargs: json!({}),
-        })
-        .await?;
+    super::create_run(&*store, &thread, &run_id).await?;
     let (sink, mut output) = OutputSink::channel();
     // The consumer reads concurrently, as the gateway does, timing each step's event.
     let consumer = tokio::spawn(async move {

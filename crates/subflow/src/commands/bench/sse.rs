@@ -22,7 +22,7 @@ use subflow_runtime::admission::{AdmissionConfig, AdmissionPolicy};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
 use subflow_runtime::runtime::RuntimeOptions;
-use subflow_store::{NewRun, Store};
+use subflow_store::Store;
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
@@ -368,19 +368,7 @@ async fn over_channel(
                     format!("bench-channel-{turn}-{n}"),
                     format!("run-{turn}-{n}"),
                 );
-                store
-                    .create_run(NewRun {
-                        run_id: run_id.clone(),
-                        thread_id: thread_id.clone(),
-                        owner: "bench".into(),
-                        assistant_id: "lead_agent".into(),
-                        model_name: None,
-                        trace_id: None,
-                        metadata: Default::default(),
-                        multitask_strategy: "reject".into(),
-                        kwargs: json!({}),
-                    })
-                    .await?;
+                super::create_run(&*store, &thread_id, &run_id).await?;
                 let (sink, mut output) = OutputSink::channel();
                 let key = run_id.clone();
                 let consumer = tokio::spawn(async move {
