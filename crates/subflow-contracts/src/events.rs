@@ -162,6 +162,19 @@ impl NewEvent {
         content: Value,
         metadata: Map<String, Value>,
     ) -> Self {
+        let content = to_raw_value(&content).expect("a JSON value always serialises");
+        Self::with_raw_content(thread_id, run_id, event_type, category, content, metadata)
+    }
+
+    /// [`NewEvent::new`] with content already serialised.
+    pub fn with_raw_content(
+        thread_id: impl Into<String>,
+        run_id: impl Into<String>,
+        event_type: impl Into<String>,
+        category: impl Into<String>,
+        content: Box<RawValue>,
+        metadata: Map<String, Value>,
+    ) -> Self {
         let task_id = metadata
             .get("task_id")
             .and_then(Value::as_str)
@@ -172,7 +185,7 @@ impl NewEvent {
             run_id: run_id.into(),
             event_type: event_type.into(),
             category: category.into(),
-            content: to_raw_value(&content).expect("a JSON value always serialises"),
+            content,
             metadata: to_raw_value(&metadata).expect("a JSON object always serialises"),
             task_id,
             user_id: None,

@@ -3,6 +3,7 @@
 use std::borrow::Cow;
 
 use serde::Serialize;
+use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value, json};
 
 use crate::events::{EventCategory, EventType};
@@ -61,15 +62,26 @@ pub enum RejectedChunk {
 }
 
 /// The persisted form of one task event: type, content and metadata of a `subagent.*` record.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub struct MappedTaskEvent {
     /// `subagent.start`, `subagent.step` or `subagent.end`.
     pub event_type: EventType,
-    /// Record content: the keys of docs/events.md#subagent-events, plus the additive `model_name` of a start
-    /// and `usage` of a step.
-    pub content: Value,
+    /// Record content, serialised once, as it is stored: the keys of
+    /// docs/events.md#subagent-events, plus the additive `model_name` of a start and
+    /// `usage` of a step. A step (the frequent record) is written straight from its parts.
+    pub content: Box<RawValue>,
     /// Record metadata: `task_id`, plus `message_index` on steps.
     pub metadata: Map<String, Value>,
+}
+
+/// Equal when type, metadata and the serialised content are: both ways of mapping write
+/// the keys of a record in one order.
+impl PartialEq for MappedTaskEvent {
+    fn eq(&self, other: &Self) -> bool {
+        self.event_type == other.event_type
+            && self.metadata == other.metadata
+            && self.content.get() == other.content.get()
+    }
 }
 
 impl MappedTaskEvent {
@@ -78,14 +90,25 @@ impl MappedTaskEvent {
         EventCategory::Subagent
     }
 
+    /// The content as a JSON value.
+    pub fn content_value(&self) -> Value {
+        serde_json::from_str(self.content.get()).expect("record content is JSON")
+    }
+
     /// The record with one more (additive) content field: what the runtime knows about a
     /// task that its live event does not carry, such as the subagent type or stop reason.
     pub fn with_content_field(mut self, key: &str, value: Value) -> Self {
-        if let Value::Object(content) = &mut self.content {
+        if let Value::Object(mut content) = self.content_value() {
             content.insert(key.to_owned(), value);
+            self.content = raw(&content);
         }
         self
     }
+}
+
+/// `value` serialised.
+fn raw(value: &impl Serialize) -> Box<RawValue> {
+    to_raw_value(value).expect("record content always serialises")
 }
 
 /// Maps a live task event chunk to its persisted record, or says why it is rejected.
@@ -211,39 +234,92 @@ impl<'a> StepParts<'a> {
         }
     }
 
-    fn content(self, task_id: &str, message_index: u64, usage: Option<TokenUsage>) -> Value {
+    /// The step record's content, serialised straight from the parts.
+    fn content(
+        &self,
+        task_id: &str,
+        message_index: u64,
+        usage: Option<TokenUsage>,
+    ) -> Box<RawValue> {
         let (text, truncated) = cap_chars(&self.text, PERSISTED_TEXT_CAP);
-        let mut content = Map::new();
-        content.insert("task_id".into(), json!(task_id));
-        content.insert("message_index".into(), json!(message_index));
-        content.insert(
-            "kind".into(),
-            json!(if self.is_tool { "tool" } else { "ai" }),
-        );
-        content.insert("text".into(), json!(text));
-        content.insert("truncated".into(), json!(truncated));
-        if self.is_tool {
-            content.insert("tool_name".into(), self.tool_name);
-        } else {
-            let calls = self
-                .calls
-                .into_iter()
-                .map(|(name, args)| step_tool_call(name, args))
-                .collect();
-            content.insert("tool_calls".into(), Value::Array(calls));
+        raw(&StepContent {
+            task_id,
+            message_index,
+            kind: if self.is_tool { "tool" } else { "ai" },
+            text,
+            truncated,
+            tool_name: self.is_tool.then_some(&self.tool_name),
+            tool_calls: (!self.is_tool).then(|| {
+                self.calls
+                    .iter()
+                    .map(|(name, args)| StepToolCall::of(name, args))
+                    .collect()
+            }),
+            usage,
+        })
+    }
+}
+
+/// A step record's content, keys in their documented order.
+#[derive(Serialize)]
+struct StepContent<'a> {
+    task_id: &'a str,
+    message_index: u64,
+    kind: &'static str,
+    text: &'a str,
+    truncated: bool,
+    /// A tool step's: its tool's name, or null.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_name: Option<&'a Value>,
+    /// An AI step's.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_calls: Option<Vec<StepToolCall<'a>>>,
+    /// Additive: the cumulative usage at this step, so a summary of a task that has
+    /// not ended (or never will) still knows what it spent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<TokenUsage>,
+}
+
+/// One tool call of a step: its args as called, or their serialised text cut to the cap.
+#[derive(Serialize)]
+struct StepToolCall<'a> {
+    name: &'a Value,
+    args: StepArgs<'a>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    args_truncated: bool,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum StepArgs<'a> {
+    Whole(&'a Value),
+    Cut(String),
+}
+
+impl<'a> StepToolCall<'a> {
+    fn of(name: &'a Value, args: &'a Value) -> Self {
+        let serialised = match args {
+            Value::String(text) => Cow::Borrowed(text.as_str()),
+            other => Cow::Owned(other.to_string()),
+        };
+        match cap_chars(&serialised, PERSISTED_TEXT_CAP) {
+            (kept, true) => StepToolCall {
+                name,
+                args: StepArgs::Cut(kept.to_owned()),
+                args_truncated: true,
+            },
+            (_, false) => StepToolCall {
+                name,
+                args: StepArgs::Whole(args),
+                args_truncated: false,
+            },
         }
-        // Additive: the cumulative usage at this step, so a summary of a task that has
-        // not ended (or never will) still knows what it spent.
-        if let Some(usage) = usage {
-            content.insert("usage".into(), json!(usage));
-        }
-        Value::Object(content)
     }
 }
 
 /// A start record's content: `task_id` and `description`, plus (additive) the effective
 /// model when non-blank, so a task that never ends still names its model.
-fn start_content(task_id: &str, description: Value, model_name: Option<&str>) -> Value {
+fn start_content(task_id: &str, description: Value, model_name: Option<&str>) -> Box<RawValue> {
     let mut content = Map::new();
     content.insert("task_id".into(), json!(task_id));
     content.insert("description".into(), description);
@@ -252,18 +328,7 @@ fn start_content(task_id: &str, description: Value, model_name: Option<&str>) ->
     {
         content.insert("model_name".into(), json!(model));
     }
-    Value::Object(content)
-}
-
-fn step_tool_call(name: Value, args: &Value) -> Value {
-    let serialised = match args {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
-    };
-    match cap_chars(&serialised, PERSISTED_TEXT_CAP) {
-        (kept, true) => json!({"name": name, "args": kept, "args_truncated": true}),
-        (_, false) => json!({"name": name, "args": args}),
-    }
+    raw(&content)
 }
 
 /// What an end record is made of, however the terminal event arrived.
@@ -298,7 +363,7 @@ impl<'a> EndParts<'a> {
         }
     }
 
-    fn content(self, task_id: &str, status: TaskEndStatus) -> Value {
+    fn content(self, task_id: &str, status: TaskEndStatus) -> Box<RawValue> {
         let mut content = Map::new();
         content.insert("task_id".into(), json!(task_id));
         content.insert("status".into(), json!(status.as_str()));
@@ -321,7 +386,7 @@ impl<'a> EndParts<'a> {
                 content.insert(flag.into(), json!(true));
             }
         }
-        Value::Object(content)
+        raw(&content)
     }
 }
 
@@ -578,13 +643,8 @@ impl TaskEvent {
 mod tests {
     use super::*;
 
-    fn keys(value: &Value) -> Vec<&str> {
-        value
-            .as_object()
-            .unwrap()
-            .keys()
-            .map(String::as_str)
-            .collect()
+    fn keys(value: &Value) -> Vec<String> {
+        value.as_object().unwrap().keys().cloned().collect()
     }
 
     #[test]
@@ -595,7 +655,7 @@ mod tests {
         .unwrap();
         assert_eq!(mapped.event_type, EventType::SubagentStart);
         assert_eq!(
-            mapped.content,
+            mapped.content_value(),
             json!({"task_id": "call_1", "description": "Look", "model_name": "m"})
         );
         assert_eq!(Value::Object(mapped.metadata), json!({"task_id": "call_1"}));
@@ -603,7 +663,7 @@ mod tests {
             map_task_event(&json!({"type": "task_started", "task_id": "c", "model_name": " "}))
                 .unwrap();
         assert_eq!(
-            missing.content,
+            missing.content_value(),
             json!({"task_id": "c", "description": null})
         );
     }
@@ -616,7 +676,7 @@ mod tests {
                 "message": {"type": "tool", "content": "x"}, "usage": usage
             }))
             .unwrap()
-            .content
+            .content_value()
         };
         let usage = json!({"input_tokens": 1, "output_tokens": 2, "total_tokens": 3});
         assert_eq!(step(usage.clone())["usage"], usage);
@@ -634,7 +694,7 @@ mod tests {
             .unwrap()
             .with_content_field("stop_reason", json!("turn_capped"));
         assert_eq!(
-            mapped.content,
+            mapped.content_value(),
             json!({"task_id": "t", "status": "completed", "stop_reason": "turn_capped"})
         );
     }
@@ -650,7 +710,7 @@ mod tests {
         .unwrap();
         assert_eq!(mapped.event_type, EventType::SubagentStep);
         assert_eq!(
-            keys(&mapped.content),
+            keys(&mapped.content_value()),
             [
                 "task_id",
                 "message_index",
@@ -660,9 +720,9 @@ mod tests {
                 "tool_calls"
             ]
         );
-        assert_eq!(mapped.content["text"], "a\nb");
+        assert_eq!(mapped.content_value()["text"], "a\nb");
         assert_eq!(
-            mapped.content["tool_calls"],
+            mapped.content_value()["tool_calls"],
             json!([{"name": "ls", "args": {"path": "."}}])
         );
         assert_eq!(
@@ -679,7 +739,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            keys(&mapped.content),
+            keys(&mapped.content_value()),
             [
                 "task_id",
                 "message_index",
@@ -689,8 +749,8 @@ mod tests {
                 "tool_name"
             ]
         );
-        assert_eq!(mapped.content["tool_name"], Value::Null);
-        assert_eq!(mapped.content["text"], "");
+        assert_eq!(mapped.content_value()["tool_name"], Value::Null);
+        assert_eq!(mapped.content_value()["text"], "");
     }
 
     #[test]
@@ -703,11 +763,16 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            mapped.content["text"].as_str().unwrap().chars().count(),
+            mapped.content_value()["text"]
+                .as_str()
+                .unwrap()
+                .chars()
+                .count(),
             PERSISTED_TEXT_CAP
         );
-        assert_eq!(mapped.content["truncated"], true);
-        let call = &mapped.content["tool_calls"][0];
+        assert_eq!(mapped.content_value()["truncated"], true);
+        let content = mapped.content_value();
+        let call = &content["tool_calls"][0];
         assert_eq!(call["args"].as_str().unwrap().len(), PERSISTED_TEXT_CAP);
         assert_eq!(call["args_truncated"], true);
     }
@@ -720,7 +785,8 @@ mod tests {
             "message": {"type": "ai", "content": "", "tool_calls": [{"name": "w", "args": big}]}
         }))
         .unwrap();
-        let args = mapped.content["tool_calls"][0]["args"].as_str().unwrap();
+        let content = mapped.content_value();
+        let args = content["tool_calls"][0]["args"].as_str().unwrap();
         assert!(args.starts_with("{\"content\":\"yyy"));
         assert_eq!(args.chars().count(), PERSISTED_TEXT_CAP);
     }
@@ -736,7 +802,10 @@ mod tests {
         for (kind, status) in cases {
             let mapped = map_task_event(&json!({"type": kind, "task_id": "t"})).unwrap();
             assert_eq!(mapped.event_type, EventType::SubagentEnd);
-            assert_eq!(mapped.content, json!({"task_id": "t", "status": status}));
+            assert_eq!(
+                mapped.content_value(),
+                json!({"task_id": "t", "status": status})
+            );
         }
         let mapped = map_task_event(&json!({
             "type": "task_completed", "task_id": "t", "result": "r".repeat(PERSISTED_TEXT_CAP + 1),
@@ -744,7 +813,7 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(
-            keys(&mapped.content),
+            keys(&mapped.content_value()),
             [
                 "task_id",
                 "status",
@@ -754,14 +823,14 @@ mod tests {
                 "result_truncated"
             ]
         );
-        assert_eq!(mapped.content["model_name"], "m");
+        assert_eq!(mapped.content_value()["model_name"], "m");
         let failed = map_task_event(&json!({
             "type": "task_failed", "task_id": "t", "error": "boom",
             "usage": {"input_tokens": -1, "output_tokens": 2, "total_tokens": 3}, "model_name": " "
         }))
         .unwrap();
         assert_eq!(
-            failed.content,
+            failed.content_value(),
             json!({"task_id": "t", "status": "failed", "error": "boom"})
         );
     }

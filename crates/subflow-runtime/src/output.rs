@@ -210,13 +210,7 @@ impl TaskEmitter {
         if let Some((key, value)) = extra {
             record = record.with_content_field(key, value);
         }
-        let category = record.category();
-        if let Err(error) = self.buffer.record(
-            record.event_type.as_str(),
-            category.as_str(),
-            record.content,
-            record.metadata,
-        ) {
+        if let Err(error) = self.buffer.record_mapped(record) {
             tracing::error!(task_id = %self.task_id, %error, "task event could not be persisted");
         }
         self.sink.send(RunOutput::Custom { payload, created });

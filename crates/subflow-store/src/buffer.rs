@@ -261,7 +261,19 @@ impl EventBuffer {
         content: Value,
         metadata: Map<String, Value>,
     ) -> Result<()> {
-        let event = NewEvent::new(
+        let content =
+            serde_json::value::to_raw_value(&content).expect("a JSON value always serialises");
+        self.record_raw(event_type, category, content, metadata)
+    }
+
+    fn record_raw(
+        &self,
+        event_type: &str,
+        category: &str,
+        content: Box<serde_json::value::RawValue>,
+        metadata: Map<String, Value>,
+    ) -> Result<()> {
+        let event = NewEvent::with_raw_content(
             self.scope.thread_id.as_str(),
             self.scope.run_id.as_str(),
             event_type,
@@ -275,10 +287,9 @@ impl EventBuffer {
 
     /// Records a live task event mapped to its `subagent.*` record.
     pub fn record_mapped(&self, mapped: MappedTaskEvent) -> Result<()> {
-        let category = mapped.category();
-        self.record(
+        self.record_raw(
             mapped.event_type.as_str(),
-            category.as_str(),
+            mapped.category().as_str(),
             mapped.content,
             mapped.metadata,
         )

@@ -502,7 +502,7 @@ pub fn full_run_history(thread: &str, run: &str) -> Vec<NewEvent> {
             run,
             mapped.event_type.as_str(),
             mapped.category().as_str(),
-            mapped.content,
+            mapped.content_value(),
             Value::Object(mapped.metadata),
         )
     };

@@ -307,7 +307,7 @@ fn step(thread: &str, run: &str, task: &str, index: u64) -> NewEvent {
         run,
         mapped.event_type.as_str(),
         mapped.category().as_str(),
-        mapped.content,
+        mapped.content_value(),
         Value::Object(mapped.metadata),
     )
 }

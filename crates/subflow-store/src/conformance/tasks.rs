@@ -46,7 +46,7 @@ fn task(thread: &str, run: &str, chunk: Value, extra: Option<(&str, Value)>) -> 
         run,
         mapped.event_type.as_str(),
         mapped.category().as_str(),
-        mapped.content,
+        mapped.content_value(),
         Value::Object(mapped.metadata),
     )
 }

@@ -222,7 +222,7 @@ async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result
                 .map(|chunk| {
                     let mapped = map_task_event(chunk).expect("bench chunks are valid");
                     let category = mapped.category();
-                    NewEvent::new(
+                    NewEvent::with_raw_content(
                         thread,
                         format!("run-{run}"),
                         mapped.event_type.as_str(),
