@@ -6,7 +6,7 @@ use serde::Serialize;
 use serde_json::value::{RawValue, to_raw_value};
 use serde_json::{Map, Value, json};
 
-use crate::events::{EventCategory, EventType};
+use crate::events::{EventCategory, EventType, NewEvent};
 use crate::messages::Message;
 use crate::status::TaskEndStatus;
 use crate::task_result::TokenUsage;
@@ -93,6 +93,18 @@ impl MappedTaskEvent {
     /// The content as a JSON value.
     pub fn content_value(&self) -> Value {
         serde_json::from_str(self.content.get()).expect("record content is JSON")
+    }
+
+    /// The record as a new event of `thread_id`/`run_id`, its content as serialised.
+    pub fn into_event(self, thread_id: &str, run_id: &str) -> NewEvent {
+        NewEvent::with_raw_content(
+            thread_id,
+            run_id,
+            self.event_type.as_str(),
+            self.category().as_str(),
+            self.content,
+            self.metadata,
+        )
     }
 
     /// The record with one more (additive) content field: what the runtime knows about a

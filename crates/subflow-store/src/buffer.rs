@@ -261,19 +261,7 @@ impl EventBuffer {
         content: Value,
         metadata: Map<String, Value>,
     ) -> Result<()> {
-        let content =
-            serde_json::value::to_raw_value(&content).expect("a JSON value always serialises");
-        self.record_raw(event_type, category, content, metadata)
-    }
-
-    fn record_raw(
-        &self,
-        event_type: &str,
-        category: &str,
-        content: Box<serde_json::value::RawValue>,
-        metadata: Map<String, Value>,
-    ) -> Result<()> {
-        let event = NewEvent::with_raw_content(
+        let event = NewEvent::new(
             self.scope.thread_id.as_str(),
             self.scope.run_id.as_str(),
             event_type,
@@ -287,12 +275,8 @@ impl EventBuffer {
 
     /// Records a live task event mapped to its `subagent.*` record.
     pub fn record_mapped(&self, mapped: MappedTaskEvent) -> Result<()> {
-        self.record_raw(
-            mapped.event_type.as_str(),
-            mapped.category().as_str(),
-            mapped.content,
-            mapped.metadata,
-        )
+        let event = mapped.into_event(&self.scope.thread_id, &self.scope.run_id);
+        self.record_event(event.with_user(self.scope.user_id.clone()))
     }
 
     /// Records an event built elsewhere (e.g. one whose direct write failed, keeping its

@@ -497,14 +497,7 @@ pub async fn concurrent_writers_to_one_thread_never_collide(store: Arc<dyn Store
 pub fn full_run_history(thread: &str, run: &str) -> Vec<NewEvent> {
     let task = |chunk: Value| {
         let mapped = map_task_event(&chunk).expect("valid task event");
-        event(
-            thread,
-            run,
-            mapped.event_type.as_str(),
-            mapped.category().as_str(),
-            mapped.content_value(),
-            Value::Object(mapped.metadata),
-        )
+        mapped.into_event(thread, run).with_user(Some("u1".into()))
     };
     let usage = json!({"input_tokens": 120, "output_tokens": 30, "total_tokens": 150});
     vec![

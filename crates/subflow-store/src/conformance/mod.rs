@@ -302,14 +302,7 @@ fn step(thread: &str, run: &str, task: &str, index: u64) -> NewEvent {
         "usage": null, "model_name": "scripted-1"
     }))
     .expect("a valid step maps");
-    event(
-        thread,
-        run,
-        mapped.event_type.as_str(),
-        mapped.category().as_str(),
-        mapped.content_value(),
-        Value::Object(mapped.metadata),
-    )
+    mapped.into_event(thread, run).with_user(Some("u1".into()))
 }
 
 async fn all_events(store: &dyn Store, thread: &str, run: &str) -> Vec<RunEvent> {

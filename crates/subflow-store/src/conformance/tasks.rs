@@ -9,7 +9,7 @@ use subflow_contracts::task_card::{self, CardStatus};
 use subflow_contracts::task_events::map_task_event;
 use subflow_contracts::{NewEvent, TaskEndStatus};
 
-use super::{all_events, assert_conforms, event};
+use super::{all_events, assert_conforms};
 use crate::tasks::{self, StepBrief};
 use crate::{EventQuery, Store};
 
@@ -41,14 +41,7 @@ fn task(thread: &str, run: &str, chunk: Value, extra: Option<(&str, Value)>) -> 
     if let Some((key, value)) = extra {
         mapped = mapped.with_content_field(key, value);
     }
-    event(
-        thread,
-        run,
-        mapped.event_type.as_str(),
-        mapped.category().as_str(),
-        mapped.content_value(),
-        Value::Object(mapped.metadata),
-    )
+    mapped.into_event(thread, run).with_user(Some("u1".into()))
 }
 
 fn usage(total: u64) -> Value {

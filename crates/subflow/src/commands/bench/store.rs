@@ -221,15 +221,7 @@ async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result
                 .iter()
                 .map(|chunk| {
                     let mapped = map_task_event(chunk).expect("bench chunks are valid");
-                    let category = mapped.category();
-                    NewEvent::with_raw_content(
-                        thread,
-                        format!("run-{run}"),
-                        mapped.event_type.as_str(),
-                        category.as_str(),
-                        mapped.content,
-                        mapped.metadata,
-                    )
+                    mapped.into_event(thread, &format!("run-{run}"))
                 })
                 .collect();
             let started = Instant::now();
