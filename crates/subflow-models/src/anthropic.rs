@@ -515,7 +515,8 @@ mod tests {
                 name: "ls".into(),
                 description: "List a folder".into(),
                 parameters: Value::Null,
-            }],
+            }]
+            .into(),
             agent: "lead_agent".into(),
             call_index: 2,
             run_id: "run".into(),

@@ -498,7 +498,7 @@ mod tests {
                     ..AiMessage::default()
                 }),
             ],
-            tools: vec![],
+            tools: Vec::new().into(),
             agent: "lead_agent".into(),
             call_index: 1,
             run_id: "run".into(),

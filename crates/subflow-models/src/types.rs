@@ -1,5 +1,7 @@
 //! The provider-neutral request, stream events and trait.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde_json::Value;
@@ -21,8 +23,9 @@ pub struct ToolSpec {
 pub struct ChatRequest {
     /// The conversation so far, system message first when there is one.
     pub messages: Vec<Message>,
-    /// Tools offered to the model.
-    pub tools: Vec<ToolSpec>,
+    /// Tools offered to the model: one list shared by every call of an agent, so a turn
+    /// does not copy the schemas again.
+    pub tools: Arc<[ToolSpec]>,
     /// Who is calling: `lead_agent` or `subagent:<name>`. Scripted rules match on it.
     pub agent: String,
     /// 1-based index of this call within the agent's execution (scripted turn *n*).

@@ -6,6 +6,8 @@
 //! tools join it only when subagents and `subagent_batches.enabled` are both on (docs/batches.md#tools). A subagent gets the workspace tools its definition allows and never `task`
 //! or a batch tool (docs/configuration.md#subagents-and-tools).
 
+use std::sync::Arc;
+
 use serde_json::json;
 use subflow_contracts::task_result::TASK_TOOL_NAME;
 use subflow_models::ToolSpec;
@@ -26,18 +28,20 @@ pub(crate) enum ToolKind {
     Batch(BatchTool),
 }
 
-/// The tools of one agent, in the order they are offered.
+/// The tools of one agent, in the order they are offered: each spec and, at the same
+/// index, what runs it. The specs are shared with every model call of the agent.
 #[derive(Debug, Clone)]
 pub(crate) struct ToolTable {
-    entries: Vec<(ToolSpec, ToolKind)>,
+    specs: Arc<[ToolSpec]>,
+    kinds: Vec<ToolKind>,
 }
 
 impl ToolTable {
     /// The lead's tools under `config`.
     pub fn for_lead(config: &RuntimeConfig) -> Self {
         let mut entries: Vec<_> = builtin_specs()
-            .into_iter()
-            .map(|spec| (spec, ToolKind::Workspace))
+            .iter()
+            .map(|spec| (spec.clone(), ToolKind::Workspace))
             .collect();
         if config.subagents_enabled {
             entries.push((task_spec(), ToolKind::Task));
@@ -49,30 +53,43 @@ impl ToolTable {
                 );
             }
         }
-        ToolTable { entries }
+        let (specs, kinds): (Vec<_>, Vec<_>) = entries.into_iter().unzip();
+        ToolTable {
+            specs: specs.into(),
+            kinds,
+        }
     }
 
-    /// A subagent's tools: the workspace tools `definition` allows.
+    /// A subagent's tools: the workspace tools `definition` allows. A definition that
+    /// allows them all (the usual case) shares the one built-in list.
     pub fn for_subagent(definition: &SubagentDefinition) -> Self {
-        let entries = builtin_specs()
-            .into_iter()
-            .filter(|spec| definition.allows(&spec.name))
-            .map(|spec| (spec, ToolKind::Workspace))
-            .collect();
-        ToolTable { entries }
+        let builtin = builtin_specs();
+        let specs = if builtin.iter().all(|spec| definition.allows(&spec.name)) {
+            builtin
+        } else {
+            builtin
+                .iter()
+                .filter(|spec| definition.allows(&spec.name))
+                .cloned()
+                .collect()
+        };
+        ToolTable {
+            kinds: vec![ToolKind::Workspace; specs.len()],
+            specs,
+        }
     }
 
     /// The specs offered to the model.
-    pub fn specs(&self) -> Vec<ToolSpec> {
-        self.entries.iter().map(|(spec, _)| spec.clone()).collect()
+    pub fn specs(&self) -> Arc<[ToolSpec]> {
+        self.specs.clone()
     }
 
     /// What runs calls of `name`; `None` for a tool this agent does not have.
     pub fn kind(&self, name: &str) -> Option<ToolKind> {
-        self.entries
+        self.specs
             .iter()
-            .find(|(spec, _)| spec.name == name)
-            .map(|(_, kind)| *kind)
+            .position(|spec| spec.name == name)
+            .map(|index| self.kinds[index])
     }
 }
 
@@ -105,7 +122,7 @@ mod tests {
     use super::*;
 
     fn names(table: &ToolTable) -> Vec<String> {
-        table.specs().into_iter().map(|spec| spec.name).collect()
+        table.specs().iter().map(|spec| spec.name.clone()).collect()
     }
 
     #[test]
@@ -147,10 +164,17 @@ mod tests {
     #[test]
     fn a_subagent_gets_its_allowed_workspace_tools_and_never_task_or_a_batch_tool() {
         let mut definition = SubagentDefinition::general_purpose(60);
+        let every = ToolTable::for_subagent(&definition);
         assert_eq!(
-            names(&ToolTable::for_subagent(&definition)),
+            names(&every),
             ["ls", "read_file", "write_file", "str_replace"]
         );
+        // Every execution allowed all the built-in tools offers the one shared list.
+        assert!(Arc::ptr_eq(&every.specs(), &builtin_specs()));
+        assert!(Arc::ptr_eq(
+            &every.specs(),
+            &ToolTable::for_subagent(&definition).specs()
+        ));
         definition.tools = Some(vec!["read_file".into(), "task".into(), "batch_task".into()]);
         let narrow = ToolTable::for_subagent(&definition);
         assert_eq!(names(&narrow), ["read_file"]);

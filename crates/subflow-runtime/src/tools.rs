@@ -4,6 +4,7 @@
 //! error ToolMessage, never a crash.
 
 use std::path::{Component, Path, PathBuf};
+use std::sync::{Arc, LazyLock};
 
 use serde_json::{Value, json};
 use subflow_contracts::messages::{ToolCall, ToolMessage, ToolStatus};
@@ -70,43 +71,48 @@ impl Workspace {
     }
 
     /// Runs a built-in tool by name; `Err` for unknown tools, bad arguments and failures.
+    /// The file system work of a call runs as one blocking task.
     pub async fn run(&self, name: &str, args: &Value) -> Result<String, ToolError> {
-        tokio::fs::create_dir_all(&self.root)
+        if !BUILTIN_TOOLS.contains(&name) {
+            return Err(ToolError(format!("Unknown tool '{name}'")));
+        }
+        let (workspace, name, args) = (self.clone(), name.to_owned(), args.clone());
+        tokio::task::spawn_blocking(move || workspace.run_blocking(&name, &args))
             .await
+            .map_err(|error| ToolError(format!("the tool stopped: {error}")))?
+    }
+
+    fn run_blocking(&self, name: &str, args: &Value) -> Result<String, ToolError> {
+        std::fs::create_dir_all(&self.root)
             .map_err(|e| ToolError(format!("cannot create the workspace: {e}")))?;
         match name {
-            "ls" => self.ls(optional_str(args, "path")?.unwrap_or(".")).await,
+            "ls" => self.ls(optional_str(args, "path")?.unwrap_or(".")),
             "read_file" => {
                 let start = optional_line(args, "start_line")?;
                 let end = optional_line(args, "end_line")?;
                 self.read_file(required_str(args, "path")?, start, end)
-                    .await
             }
             "write_file" => {
                 self.write_file(required_str(args, "path")?, required_str(args, "content")?)
-                    .await
             }
-            "str_replace" => {
-                self.str_replace(
-                    required_str(args, "path")?,
-                    required_str(args, "old")?,
-                    required_str(args, "new")?,
-                )
-                .await
-            }
+            "str_replace" => self.str_replace(
+                required_str(args, "path")?,
+                required_str(args, "old")?,
+                required_str(args, "new")?,
+            ),
             other => Err(ToolError(format!("Unknown tool '{other}'"))),
         }
     }
 
-    async fn ls(&self, path: &str) -> Result<String, ToolError> {
+    fn ls(&self, path: &str) -> Result<String, ToolError> {
         let dir = self.resolve(path)?;
-        let mut entries = tokio::fs::read_dir(&dir)
-            .await
+        let entries = std::fs::read_dir(&dir)
             .map_err(|_| ToolError(format!("Directory not found: {path}")))?;
         let mut names = Vec::new();
-        while let Some(entry) = entries.next_entry().await.map_err(io_error)? {
+        for entry in entries {
+            let entry = entry.map_err(io_error)?;
             let mut name = entry.file_name().to_string_lossy().into_owned();
-            if entry.file_type().await.map_err(io_error)?.is_dir() {
+            if entry.file_type().map_err(io_error)?.is_dir() {
                 name.push('/');
             }
             names.push(name);
@@ -119,15 +125,14 @@ impl Workspace {
         })
     }
 
-    async fn read_file(
+    fn read_file(
         &self,
         path: &str,
         start: Option<usize>,
         end: Option<usize>,
     ) -> Result<String, ToolError> {
         let file = self.resolve(path)?;
-        let text = tokio::fs::read_to_string(&file)
-            .await
+        let text = std::fs::read_to_string(&file)
             .map_err(|_| ToolError(format!("File not found: {path}")))?;
         if start.is_none() && end.is_none() {
             return Ok(text);
@@ -147,31 +152,28 @@ impl Workspace {
             .join("\n"))
     }
 
-    async fn write_file(&self, path: &str, content: &str) -> Result<String, ToolError> {
+    fn write_file(&self, path: &str, content: &str) -> Result<String, ToolError> {
         let file = self.resolve(path)?;
         if let Some(parent) = file.parent() {
-            tokio::fs::create_dir_all(parent).await.map_err(io_error)?;
+            std::fs::create_dir_all(parent).map_err(io_error)?;
         }
-        tokio::fs::write(&file, content).await.map_err(io_error)?;
+        std::fs::write(&file, content).map_err(io_error)?;
         Ok(format!(
             "Wrote {} characters to {path}",
             content.chars().count()
         ))
     }
 
-    async fn str_replace(&self, path: &str, old: &str, new: &str) -> Result<String, ToolError> {
+    fn str_replace(&self, path: &str, old: &str, new: &str) -> Result<String, ToolError> {
         let file = self.resolve(path)?;
-        let text = tokio::fs::read_to_string(&file)
-            .await
+        let text = std::fs::read_to_string(&file)
             .map_err(|_| ToolError(format!("File not found: {path}")))?;
         match text.matches(old).count() {
             0 => Err(ToolError(format!(
                 "The text to replace was not found in {path}"
             ))),
             1 => {
-                tokio::fs::write(&file, text.replacen(old, new, 1))
-                    .await
-                    .map_err(io_error)?;
+                std::fs::write(&file, text.replacen(old, new, 1)).map_err(io_error)?;
                 Ok(format!("Replaced 1 occurrence in {path}"))
             }
             n => Err(ToolError(format!(
@@ -214,8 +216,14 @@ fn optional_line(args: &Value, key: &str) -> Result<Option<usize>, ToolError> {
     }
 }
 
-/// The specs of the built-in tools, as offered to models.
-pub fn builtin_specs() -> Vec<ToolSpec> {
+/// The specs of the built-in tools, as offered to models: built once, shared by every
+/// agent that is offered them all.
+pub fn builtin_specs() -> Arc<[ToolSpec]> {
+    static SPECS: LazyLock<Arc<[ToolSpec]>> = LazyLock::new(|| build_builtin_specs().into());
+    SPECS.clone()
+}
+
+fn build_builtin_specs() -> Vec<ToolSpec> {
     let path = json!({"type": "string", "description": "Path relative to the workspace"});
     vec![
         ToolSpec {

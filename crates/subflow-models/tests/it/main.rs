@@ -102,7 +102,7 @@ impl Provider {
 pub fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ChatRequest {
     ChatRequest {
         messages,
-        tools,
+        tools: tools.into(),
         agent: "lead_agent".into(),
         call_index: 1,
         run_id: "run-1".into(),

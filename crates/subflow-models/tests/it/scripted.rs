@@ -43,7 +43,7 @@ fn tool_spec(name: &str) -> ToolSpec {
 fn request(agent: &str, call_index: u32, messages: Vec<Message>) -> ChatRequest {
     ChatRequest {
         messages,
-        tools: Vec::new(),
+        tools: Vec::new().into(),
         agent: agent.into(),
         call_index,
         run_id: "run-1".into(),
@@ -266,7 +266,8 @@ async fn the_demo_plan_delegates_three_angles_takes_two_workspace_steps_and_cite
         tool_spec("task"),
         tool_spec("write_file"),
         tool_spec("read_file"),
-    ];
+    ]
+    .into();
     let plan = answer(&model, lead_request.clone()).await;
     assert_eq!(finish(&plan), "tool_calls");
     assert!(!text(&plan).is_empty(), "the lead says what it is doing");
@@ -305,7 +306,8 @@ async fn the_demo_plan_delegates_three_angles_takes_two_workspace_steps_and_cite
             tool_spec("ls"),
             tool_spec("write_file"),
             tool_spec("read_file"),
-        ];
+        ]
+        .into();
 
         let write = answer(&model, sub.clone()).await;
         let [write_call] = write.tool_calls.as_slice() else {
@@ -388,7 +390,7 @@ async fn the_demo_plan_delegates_three_angles_takes_two_workspace_steps_and_cite
 #[tokio::test(start_paused = true)]
 async fn without_the_task_tool_the_demo_lead_answers_directly() {
     let mut req = lead(1, vec![Message::human("Choose a database")]);
-    req.tools = vec![tool_spec("ls")];
+    req.tools = vec![tool_spec("ls")].into();
     let message = answer(&built_in(), req).await;
     assert!(message.tool_calls.is_empty());
     assert!(text(&message).contains("Risks and open questions"));

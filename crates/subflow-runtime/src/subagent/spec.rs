@@ -66,8 +66,8 @@ impl ExecutionSpec {
     pub fn new(definition: &SubagentDefinition, model_name: &str, by: SubmittedBy) -> Self {
         let tools = ToolTable::for_subagent(definition)
             .specs()
-            .into_iter()
-            .map(|spec| spec.name)
+            .iter()
+            .map(|spec| spec.name.clone())
             .collect();
         ExecutionSpec {
             version: EXECUTION_SPEC_VERSION,
