@@ -136,7 +136,7 @@ impl ChatModel for AnthropicModel {
 fn request_body(model: &str, max_tokens: u32, request: &ChatRequest) -> Value {
     let mut system = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for message in &request.messages {
+    for message in request.messages.iter() {
         let (role, blocks) = match message {
             // The API has no system role: all instructions go to the top-level `system`.
             Message::System(_) => {
@@ -510,7 +510,8 @@ mod tests {
                 }),
                 Message::human("Go on"),
                 Message::system("Also: be kind."),
-            ],
+            ]
+            .into(),
             tools: vec![ToolSpec {
                 name: "ls".into(),
                 description: "List a folder".into(),

@@ -497,7 +497,8 @@ mod tests {
                     content: json!("Done."),
                     ..AiMessage::default()
                 }),
-            ],
+            ]
+            .into(),
             tools: Vec::new().into(),
             agent: "lead_agent".into(),
             call_index: 1,

@@ -21,8 +21,9 @@ pub struct ToolSpec {
 /// One model call.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatRequest {
-    /// The conversation so far, system message first when there is one.
-    pub messages: Vec<Message>,
+    /// The conversation so far, system message first when there is one; shared with the
+    /// agent's own history, so a call does not copy the conversation.
+    pub messages: Arc<Vec<Message>>,
     /// Tools offered to the model: one list shared by every call of an agent, so a turn
     /// does not copy the schemas again.
     pub tools: Arc<[ToolSpec]>,

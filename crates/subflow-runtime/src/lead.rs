@@ -75,7 +75,7 @@ impl Lead<'_> {
             request_messages.extend(self.messages.iter().cloned());
             request_messages.extend(self.guards.injections());
             let request = ChatRequest {
-                messages: request_messages,
+                messages: Arc::new(request_messages),
                 tools: self.tools.specs(),
                 agent: "lead_agent".to_owned(),
                 call_index: turn,

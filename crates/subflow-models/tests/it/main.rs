@@ -101,7 +101,7 @@ impl Provider {
 /// A request with a system prompt and one user message.
 pub fn request(messages: Vec<Message>, tools: Vec<ToolSpec>) -> ChatRequest {
     ChatRequest {
-        messages,
+        messages: messages.into(),
         tools: tools.into(),
         agent: "lead_agent".into(),
         call_index: 1,

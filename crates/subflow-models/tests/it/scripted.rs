@@ -42,7 +42,7 @@ fn tool_spec(name: &str) -> ToolSpec {
 
 fn request(agent: &str, call_index: u32, messages: Vec<Message>) -> ChatRequest {
     ChatRequest {
-        messages,
+        messages: messages.into(),
         tools: Vec::new().into(),
         agent: agent.into(),
         call_index,
@@ -328,7 +328,7 @@ async fn the_demo_plan_delegates_three_angles_takes_two_workspace_steps_and_cite
             &format!("Wrote {path}"),
         ));
 
-        sub.messages = messages.clone();
+        sub.messages = messages.clone().into();
         sub.call_index = 2;
         let read = answer(&model, sub.clone()).await;
         let [read_call] = read.tool_calls.as_slice() else {
@@ -340,7 +340,7 @@ async fn the_demo_plan_delegates_three_angles_takes_two_workspace_steps_and_cite
         messages.push(Message::Ai(read.clone()));
         messages.push(tool_result(&read_call.id, "read_file", &note));
 
-        sub.messages = messages;
+        sub.messages = messages.into();
         sub.call_index = 3;
         let done = answer(&model, sub).await;
         assert!(done.tool_calls.is_empty());
@@ -368,7 +368,7 @@ async fn the_demo_plan_delegates_three_angles_takes_two_workspace_steps_and_cite
             &format!("Task Succeeded. Result: {result}"),
         ));
     }
-    lead_request.messages = lead_messages;
+    lead_request.messages = lead_messages.into();
     lead_request.call_index = 2;
     let summary = answer(&model, lead_request).await;
     assert_eq!(finish(&summary), "stop");

@@ -122,18 +122,26 @@ impl Execution {
     }
 
     async fn agent_loop(&mut self) -> Terminal {
-        let mut messages = vec![
+        // Each request shares the history; it is gone again (the model's stream is
+        // consumed) before the history grows, so a push does not copy it.
+        let mut messages = Arc::new(vec![
             Message::system(self.definition.system_prompt.clone()),
             Message::human(self.prompt.clone()),
-        ];
+        ]);
         let table = ToolTable::for_subagent(&self.definition);
         let tools = table.specs();
         let agent = format!("subagent:{}", self.definition.name);
         let guard_key = self.identity.execution_id.to_string();
         let mut last_ai_text = String::new();
         for turn in 1..=self.definition.max_turns {
-            let mut request_messages = messages.clone();
-            request_messages.extend(self.guards.injections());
+            let injections = self.guards.injections();
+            let request_messages = if injections.is_empty() {
+                messages.clone()
+            } else {
+                let mut with = Vec::clone(&messages);
+                with.extend(injections);
+                Arc::new(with)
+            };
             let request = ChatRequest {
                 messages: request_messages,
                 tools: tools.clone(),
@@ -155,7 +163,7 @@ impl Execution {
                 Err(error) => {
                     let fallback = error_fallback(&error.to_string());
                     let text = fallback_text(&fallback);
-                    messages.push(Message::Ai(fallback.clone()));
+                    Arc::make_mut(&mut messages).push(Message::Ai(fallback.clone()));
                     self.step(Message::Ai(fallback), Instant::now());
                     return Terminal::new(SubagentStatus::Failed, text);
                 }
@@ -189,7 +197,7 @@ impl Execution {
             );
             last_ai_text = text_of(&ai.content);
             let calls = ai.tool_calls.clone();
-            messages.push(Message::Ai(ai.clone()));
+            Arc::make_mut(&mut messages).push(Message::Ai(ai.clone()));
             self.step(Message::Ai(ai), created);
             if let Some(stop) = stopped {
                 let mut capped = Terminal::new(SubagentStatus::Completed, last_ai_text);
@@ -215,7 +223,7 @@ impl Execution {
                     trace.tool(span_id, started, &call, Some(&tool));
                 }
                 let created = Instant::now();
-                messages.push(Message::Tool(tool.clone()));
+                Arc::make_mut(&mut messages).push(Message::Tool(tool.clone()));
                 self.step(Message::Tool(tool), created);
             }
         }
