@@ -46,7 +46,9 @@ impl Workspace {
     }
 
     /// Resolves a model-supplied relative path inside the workspace, lexically, so that
-    /// `..` can never climb out; symlinks pointing outside are refused too.
+    /// `..` can never climb out; a symlink on the way that points outside is refused
+    /// too. Only the components below the root are looked at (one `lstat` each); the
+    /// canonical paths are worked out only when one of them is a symlink.
     fn resolve(&self, path: &str) -> Result<PathBuf, ToolError> {
         let mut resolved = PathBuf::new();
         for component in Path::new(path.trim()).components() {
@@ -61,12 +63,26 @@ impl Workspace {
                 Component::RootDir | Component::Prefix(_) => return Err(escape(path)),
             }
         }
-        let full = self.root.join(resolved);
-        if let (Ok(real), Ok(root)) = (full.canonicalize(), self.root.canonicalize())
-            && !real.starts_with(root)
-        {
-            return Err(escape(path));
+        let mut full = self.root.clone();
+        let mut root = None;
+        let mut parts = resolved.iter();
+        for part in parts.by_ref() {
+            full.push(part);
+            let Ok(meta) = std::fs::symlink_metadata(&full) else {
+                // Nothing exists from here on, so nothing further can be a symlink.
+                break;
+            };
+            if meta.file_type().is_symlink() {
+                let root = match &root {
+                    Some(root) => root,
+                    None => root.insert(self.root.canonicalize().map_err(io_error)?),
+                };
+                if !full.canonicalize().is_ok_and(|real| real.starts_with(root)) {
+                    return Err(escape(path));
+                }
+            }
         }
+        full.extend(parts);
         Ok(full)
     }
 
@@ -353,6 +369,40 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(error.0, "Path 'link' is outside the workspace");
+        // A symlinked directory pointing out refuses new files beneath it too.
+        std::os::unix::fs::symlink(dir.path(), ws.root().join("up")).unwrap();
+        let error = ws
+            .run(
+                "write_file",
+                &json!({"path": "up/new/planted.txt", "content": "x"}),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error.0,
+            "Path 'up/new/planted.txt' is outside the workspace"
+        );
+        assert!(!dir.path().join("new").exists());
+        // A dangling symlink is refused as well: what it points to is unknown.
+        std::os::unix::fs::symlink(dir.path().join("gone"), ws.root().join("dangling")).unwrap();
+        let error = ws
+            .run("write_file", &json!({"path": "dangling", "content": "x"}))
+            .await
+            .unwrap_err();
+        assert_eq!(error.0, "Path 'dangling' is outside the workspace");
+        // A symlink that stays inside the workspace is followed.
+        std::fs::create_dir_all(ws.root().join("notes")).unwrap();
+        std::os::unix::fs::symlink(ws.root().join("notes"), ws.root().join("alias")).unwrap();
+        ws.run(
+            "write_file",
+            &json!({"path": "alias/a.md", "content": "kept"}),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            std::fs::read_to_string(ws.root().join("notes/a.md")).unwrap(),
+            "kept"
+        );
     }
 
     #[tokio::test]
