@@ -14,9 +14,10 @@
 //! generated from the handlers. Each handler carries a `#[utoipa::path]` with its path,
 //! its own path and query types (`ThreadPath`, `RunPath`, `ListParams`, … deriving
 //! `IntoParams`), its body and response types from `subflow_contracts::api`, and the
-//! statuses it answers itself; `api_router()` registers every handler through
-//! `utoipa_axum::routes!`, so the router and the document are one list, and `router()`
-//! adds the fallback and the layers to it. `openapi::complete` adds what the layers
+//! statuses it answers itself; every handler is listed once, in `api_routes!`, which
+//! `api_router()` registers through `utoipa_axum::routes!` for the document and
+//! `router()` registers on the same paths and methods without building the document (a
+//! starting server does not need it), adding the fallback and the layers. `openapi::complete` adds what the layers
 //! answer to every operation from what it declares — the bearer requirement, 401 and 503
 //! where `auth` looks tokens up (token mode), 403 for a permission
 //! (`x-subflow-permission`) or the local-mode Origin check, 408 and 413 for bodies — so
@@ -29,7 +30,7 @@
 //! bad value is 422 JSON; a typed query field — number, boolean, enum — is read with
 //! `#[serde(default, deserialize_with = "crate::extract::value")]`, so its empty or
 //! unknown values are refused by the one `QueryValue` rule, naming the parameter), and
-//! one `.routes(routes!(…))` line in `api_router`; `scripts/schemathesis` then exercises
+//! one `[module::handler]` line in `api_routes!`; `scripts/schemathesis` then exercises
 //! it. What keeps the document true where a derive alone would not: request bodies are
 //! objects (`routes::parse_body` refuses anything else, although serde reads a struct
 //! from an array); integers a request carries are read by `api::numbers` (a JSON Schema
@@ -230,65 +231,120 @@ impl ActiveRuns {
 /// The implicit user of `auth.mode = local` (docs/api.md#auth-and-ownership), and the owner of what it creates.
 pub const LOCAL_USER: &str = "default";
 
-/// Every route, each registered with its OpenAPI operation, which `openapi::document`
-/// reads back: a new route is a handler with `#[utoipa::path]` added here.
-pub(crate) fn api_router() -> OpenApiRouter<AppState> {
-    use routes::{
-        account, assistants, batches, events, messages, runs, tasks, threads, token_usage,
-    };
-    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(routes::health))
-        .routes(routes!(metrics::get))
-        .routes(routes!(routes::models))
-        .routes(routes!(batches::features))
-        .routes(routes!(batches::find))
-        .routes(routes!(batches::list_all))
-        .routes(routes!(runs::list_all))
-        .routes(routes!(openapi::get))
-        .routes(routes!(routes::info))
-        .routes(routes!(account::me))
-        .routes(routes!(account::setup_status))
-        .routes(routes!(assistants::get))
-        .routes(routes!(assistants::graph))
-        .routes(routes!(assistants::schemas))
-        .routes(routes!(assistants::search))
-        .routes(routes!(threads::create))
-        .routes(routes!(threads::search))
-        .routes(routes!(threads::get, threads::delete, threads::patch))
-        .routes(routes!(threads::state, threads::update_state))
-        .routes(routes!(messages::page))
-        .routes(routes!(token_usage::get))
-        .routes(routes!(routes::usage::get))
-        .routes(routes!(threads::history_get, threads::history_post))
-        .routes(routes!(runs::list, runs::create))
-        .routes(routes!(runs::stream))
-        .routes(routes!(runs::wait))
-        .routes(routes!(runs::get))
-        .routes(routes!(runs::cancel))
-        .routes(routes!(runs::join))
-        .routes(routes!(runs::rejoin))
-        .routes(routes!(events::list))
-        .routes(routes!(tasks::list))
-        .routes(routes!(tasks::cancel))
-        .routes({
+/// Every route, once: each group is the handlers of one path (as their `#[utoipa::path]`
+/// says), optionally with a layer of its own. `$build` is [`documented`] (each handler
+/// with its OpenAPI operation, which `openapi::document` reads back) or [`served`] (the
+/// same routes without building the document, so a starting server does not). A new
+/// route is a handler with `#[utoipa::path]` added here, written `module::handler`.
+macro_rules! api_routes {
+    ($build:ident) => {{
+        use routes::{
+            account, assistants, batches, events, messages, runs, tasks, threads, token_usage,
+            usage,
+        };
+        $build! {
+            [routes::health],
+            [metrics::get],
+            [routes::models],
+            [batches::features],
+            [batches::find],
+            [batches::list_all],
+            [runs::list_all],
+            [openapi::get],
+            [routes::info],
+            [account::me],
+            [account::setup_status],
+            [assistants::get],
+            [assistants::graph],
+            [assistants::schemas],
+            [assistants::search],
+            [threads::create],
+            [threads::search],
+            [threads::get, threads::delete, threads::patch],
+            [threads::state, threads::update_state],
+            [messages::page],
+            [token_usage::get],
+            [usage::get],
+            [threads::history_get, threads::history_post],
+            [runs::list, runs::create],
+            [runs::stream],
+            [runs::wait],
+            [runs::get],
+            [runs::cancel],
+            [runs::join],
+            [runs::rejoin],
+            [events::list],
+            [tasks::list],
+            [tasks::cancel],
             // A batch submission carries a whole file of items.
-            let (schemas, paths, methods) = routes!(batches::list, batches::submit);
-            let limit = axum::extract::DefaultBodyLimit::max(routes::MAX_BATCH_BODY_BYTES);
-            (schemas, paths, methods.layer(limit))
-        })
-        .routes(routes!(batches::get))
-        .routes(routes!(batches::items))
-        .routes(routes!(batches::pause))
-        .routes(routes!(batches::resume))
-        .routes(routes!(batches::cancel))
-        .routes(routes!(batches::retry))
-        .routes(routes!(batches::results))
+            [batches::list, batches::submit] =>
+                axum::extract::DefaultBodyLimit::max(routes::MAX_BATCH_BODY_BYTES),
+            [batches::get],
+            [batches::items],
+            [batches::pause],
+            [batches::resume],
+            [batches::cancel],
+            [batches::retry],
+            [batches::results],
+        }
+    }};
+}
+
+/// [`api_routes`] with their OpenAPI operations, for `openapi::document`.
+macro_rules! documented {
+    ($([$($module:ident :: $handler:ident),+] $(=> $layer:expr)?),* $(,)?) => {
+        OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+            $(.routes({
+                let (schemas, paths, methods) = routes!($($module::$handler),+);
+                (schemas, paths, methods $(.layer($layer))?)
+            }))*
+    };
+}
+
+/// [`api_routes`] as a plain router: each handler on the path and methods of its
+/// `#[utoipa::path]`, without building any of the document.
+macro_rules! served {
+    ($([$($module:ident :: $handler:ident),+] $(=> $layer:expr)?),* $(,)?) => {
+        pastey::paste! {
+            Router::new()
+                $(.route(
+                    &[$(<$module::[<__path_ $handler>] as utoipa::Path>::path()),+][0],
+                    {
+                        let methods = axum::routing::MethodRouter::new();
+                        $(let methods =
+                            on_methods::<$module::[<__path_ $handler>], _, _>(methods, $module::$handler);)+
+                        methods $(.layer($layer))?
+                    },
+                ))*
+        }
+    };
+}
+
+/// Every route with its OpenAPI operation, which `openapi::document` reads back.
+pub(crate) fn api_router() -> OpenApiRouter<AppState> {
+    api_routes!(documented)
+}
+
+/// `handler` added to `methods` on every method its `#[utoipa::path]` (`P`) names.
+fn on_methods<P, H, T>(
+    methods: axum::routing::MethodRouter<AppState>,
+    handler: H,
+) -> axum::routing::MethodRouter<AppState>
+where
+    P: utoipa::Path,
+    H: axum::handler::Handler<T, AppState>,
+    T: 'static,
+{
+    use utoipa_axum::PathItemExt;
+    P::methods().iter().fold(methods, |methods, method| {
+        methods.on(method.to_method_filter(), handler.clone())
+    })
 }
 
 /// Every route and, in order, every layer: the request counter outermost, then the
 /// trace-id layer around everything else, so errors carry the header too.
 pub fn router(state: AppState) -> Router {
-    let (routes, _) = api_router().split_for_parts();
+    let routes: Router<AppState> = api_routes!(served);
     routes
         // After every route: it applies to the routes registered before it.
         .method_not_allowed_fallback(extract::method_not_allowed)
