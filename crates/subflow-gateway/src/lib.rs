@@ -308,7 +308,7 @@ macro_rules! served {
         pastey::paste! {
             Router::new()
                 $(.route(
-                    &[$(<$module::[<__path_ $handler>] as utoipa::Path>::path()),+][0],
+                    &group_path([$(<$module::[<__path_ $handler>] as utoipa::Path>::path()),+]),
                     {
                         let methods = axum::routing::MethodRouter::new();
                         $(let methods =
@@ -323,6 +323,18 @@ macro_rules! served {
 /// Every route with its OpenAPI operation, which `openapi::document` reads back.
 pub(crate) fn api_router() -> OpenApiRouter<AppState> {
     api_routes!(documented)
+}
+
+/// The one path of a route group's handlers.
+fn group_path<const N: usize>(paths: [String; N]) -> String {
+    let [first, rest @ ..] = paths.as_slice() else {
+        unreachable!("a route group names at least one handler");
+    };
+    assert!(
+        rest.iter().all(|path| path == first),
+        "a route group's handlers must share one path: {paths:?}"
+    );
+    first.clone()
 }
 
 /// `handler` added to `methods` on every method its `#[utoipa::path]` (`P`) names.
@@ -379,4 +391,21 @@ pub(crate) async fn serve(
     let _upkeep = stream::upkeep::start(&state).await;
     let timeouts = state.connections;
     server::run(listener, router(state), timeouts, shutdown).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::group_path;
+
+    #[test]
+    fn a_route_group_is_served_on_its_handlers_one_path() {
+        let path = "/api/threads/{thread_id}".to_owned();
+        assert_eq!(group_path([path.clone(), path.clone()]), path);
+    }
+
+    #[test]
+    #[should_panic(expected = "must share one path")]
+    fn handlers_of_different_paths_in_one_group_stop_the_router_being_built() {
+        group_path(["/api/threads".to_owned(), "/api/runs".to_owned()]);
+    }
 }
