@@ -195,8 +195,8 @@ impl Lead<'_> {
             if !tools.is_empty() {
                 self.run.sink.send(RunOutput::update("tools", &tools));
             }
-            for tool in tools {
-                self.push(tool).await;
+            if !tools.is_empty() {
+                self.push_all(tools).await;
             }
             if cancelled || self.run.cancel.is_cancelled() {
                 return LeadEnd::Cancelled;
@@ -330,9 +330,18 @@ impl Lead<'_> {
 
     /// Appends a message (with an id from now on), checkpoints the state and emits
     /// `values`.
-    pub async fn push(&mut self, mut message: Message) {
-        message.ensure_id();
-        self.messages.push(message);
+    pub async fn push(&mut self, message: Message) {
+        self.push_all([message]).await;
+    }
+
+    /// Appends the messages of one step (each with an id from now on), then checkpoints
+    /// the state and emits `values` once, as a graph does after each of its steps: a
+    /// turn's tool results are one step however many tasks ran in it.
+    pub async fn push_all(&mut self, messages: impl IntoIterator<Item = Message>) {
+        for mut message in messages {
+            message.ensure_id();
+            self.messages.push(message);
+        }
         self.checkpoint().await;
     }
 

@@ -215,25 +215,29 @@ impl Runtime {
             stop_reason: None,
             error: None,
         };
-        if let Err(error) = self.store.update_run_status(&run.run_id, &running).await {
+        // `run.start` is stored before any other event of the run; if that write fails it
+        // leads the journal's buffer, ahead of every later journal record. The status
+        // writes, `run.start` and the checkpoint read do not depend on one another and go
+        // to the store together (one commit where the backend groups writes).
+        let start = run.journal.run_start();
+        let (marked, _, start_written, latest) = tokio::join!(
+            self.store.update_run_status(&run.run_id, &running),
+            self.store
+                .set_thread_status(&run.thread_id, ThreadStatus::Busy),
+            self.store.append(std::slice::from_ref(&start)),
+            self.store.latest_checkpoint(&run.thread_id),
+        );
+        if let Err(error) = marked {
             // The terminal status, written until the store takes it, still ends the run.
             tracing::error!(%error, run_id = %run.run_id, "marking the run running failed");
         }
-        let _ = self
-            .store
-            .set_thread_status(&run.thread_id, ThreadStatus::Busy)
-            .await;
-        // `run.start` is stored before any other event of the run; if that write fails it
-        // leads the journal's buffer, ahead of every later journal record.
-        let start = run.journal.run_start();
-        if let Err(error) = self.store.append(std::slice::from_ref(&start)).await {
+        if let Err(error) = start_written {
             tracing::warn!(%error, "writing run.start failed; it goes through the journal buffer");
             if let Err(error) = run.journal.buffer().record_event(start) {
                 tracing::error!(%error, "run.start refused");
             }
         }
-
-        let latest = match self.store.latest_checkpoint(&run.thread_id).await {
+        let latest = match latest {
             Ok(latest) => latest.map(|checkpoint| checkpoint.values),
             Err(error) => {
                 tracing::error!(%error, "loading the thread's checkpoint failed");
