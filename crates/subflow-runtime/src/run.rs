@@ -342,10 +342,9 @@ impl Runtime {
         // Persisted history first, then the terminal status (docs/events.md#buffering-and-durability). What the store
         // refuses now is retried until it takes it: a run ends in the store, never stays
         // active for good, and keeps its messages.
-        if !run.subagent_buffer.close().await {
-            run.store_fault.note("run events", "the final flush failed");
-        }
-        if !run.journal.buffer().close().await {
+        let (subagent_flushed, journal_flushed) =
+            tokio::join!(run.subagent_buffer.close(), run.journal.buffer().close());
+        if !(subagent_flushed && journal_flushed) {
             run.store_fault.note("run events", "the final flush failed");
         }
         lead.store_unstored().await;
@@ -387,29 +386,28 @@ impl Runtime {
         })
         .await
         .unwrap_or(false);
+        // Only the write that ended the run mirrors its status, so `run.end` is written at
+        // most once, and only once the status is durable (docs/events.md#catalogue); whoever
+        // else ended the run (a recovery in another process, a rollback) set the thread's
+        // status with it. The two writes go to the store together.
         if ended {
-            // Only the write that ended the run mirrors its status, so `run.end` is
-            // written at most once, and only once the status is durable (docs/events.md#catalogue).
             let output = match status {
                 RunStatus::Success => json!({"messages": lead.messages.len()}),
                 _ => json!({}),
             };
             let end = NewEvent::run_end(&run.thread_id, &run.run_id, status, output, false)
                 .with_user(spec.user_id.clone());
-            self.write_through(end).await;
-        }
-        let thread_status = match status {
-            RunStatus::Error | RunStatus::Timeout => ThreadStatus::Error,
-            RunStatus::Interrupted => ThreadStatus::Interrupted,
-            _ => ThreadStatus::Idle,
-        };
-        // Whoever ended the run (a recovery in another process, a rollback) set the
-        // thread's status with it.
-        if ended {
-            crate::store_retry::until_stored("the thread's status", &run.run_id, || {
-                self.store.set_thread_status(&run.thread_id, thread_status)
-            })
-            .await;
+            let thread_status = match status {
+                RunStatus::Error | RunStatus::Timeout => ThreadStatus::Error,
+                RunStatus::Interrupted => ThreadStatus::Interrupted,
+                _ => ThreadStatus::Idle,
+            };
+            tokio::join!(
+                self.write_through(end),
+                crate::store_retry::until_stored("the thread's status", &run.run_id, || {
+                    self.store.set_thread_status(&run.thread_id, thread_status)
+                }),
+            );
         }
         observed.stop(ObserverOutcome::for_lead(status)).await;
         self.metrics.run_finished(status, started.elapsed());
