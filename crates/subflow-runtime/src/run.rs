@@ -341,13 +341,20 @@ impl Runtime {
         let usage = run.journal.usage(lead.messages.len() as i64);
         // Persisted history first, then the terminal status (docs/events.md#buffering-and-durability). What the store
         // refuses now is retried until it takes it: a run ends in the store, never stays
-        // active for good, and keeps its messages.
-        let (subagent_flushed, journal_flushed) =
-            tokio::join!(run.subagent_buffer.close(), run.journal.buffer().close());
+        // active for good, and keeps its messages. The final flushes, a refused checkpoint
+        // and the usage go to the store together.
+        let (subagent_flushed, journal_flushed, (), _) = tokio::join!(
+            run.subagent_buffer.close(),
+            run.journal.buffer().close(),
+            lead.store_unstored(),
+            crate::store_retry::until_stored("the run's usage", &run.run_id, || {
+                self.store
+                    .save_run_usage(&run.run_id, &usage, run.lease_owner.as_deref())
+            }),
+        );
         if !(subagent_flushed && journal_flushed) {
             run.store_fault.note("run events", "the final flush failed");
         }
-        lead.store_unstored().await;
         let (status, stop_reason, error) = match run.store_fault.first() {
             None => (status, lead.stop_reason, error),
             // A cancelled run ends as the cancel asked, once the store takes its status;
@@ -370,11 +377,6 @@ impl Runtime {
                 )
             }
         };
-        crate::store_retry::until_stored("the run's usage", &run.run_id, || {
-            self.store
-                .save_run_usage(&run.run_id, &usage, run.lease_owner.as_deref())
-        })
-        .await;
         let update = RunStatusUpdate {
             lease_owner: run.lease_owner.clone(),
             status,
