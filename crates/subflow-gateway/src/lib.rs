@@ -17,11 +17,12 @@
 //! statuses it answers itself; every handler is listed once, in `api_routes!`, which
 //! `api_router()` registers through `utoipa_axum::routes!` for the document and
 //! `router()` registers on the same paths and methods without building the document (a
-//! starting server does not need it), adding the fallback and the layers. `openapi::complete` adds what the layers
-//! answer to every operation from what it declares — the bearer requirement, 401 and 503
-//! where `auth` looks tokens up (token mode), 403 for a permission
-//! (`x-subflow-permission`) or the local-mode Origin check, 408 and 413 for bodies — so
-//! the document is built once per auth mode and `metrics.public`. SSE operations describe
+//! starting server does not need it), adding the fallback and the layers.
+//! `openapi::complete` adds what the layers answer to every operation from what it
+//! declares — the bearer requirement, 401 and 503 where `auth` looks tokens up (token
+//! mode), 403 for a permission (`x-subflow-permission`) or the local-mode Origin check,
+//! 408 and 413 for bodies — so the document is built once per auth mode and
+//! `metrics.public`. SSE operations describe
 //! each event (`RunFrame`: `event`, JSON `data`, `id`), which schemathesis checks event
 //! by event. **A new route** is a handler with `#[utoipa::path(…)]` (its responses and
 //! `extensions(("x-subflow-permission" = json!("…")))`), its bodies in

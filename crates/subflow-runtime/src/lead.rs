@@ -194,8 +194,6 @@ impl Lead<'_> {
             }
             if !tools.is_empty() {
                 self.run.sink.send(RunOutput::update("tools", &tools));
-            }
-            if !tools.is_empty() {
                 self.push_all(tools).await;
             }
             if cancelled || self.run.cancel.is_cancelled() {
