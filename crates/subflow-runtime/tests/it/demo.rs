@@ -7,6 +7,7 @@ use serde_json::Value;
 use subflow_contracts::RunStatus;
 use subflow_contracts::messages::Message;
 use subflow_contracts::task_result::{TokenUsage, sha256_hex};
+use subflow_runtime::output::RunOutput;
 use subflow_store::conformance::assert_conforms;
 
 use crate::harness::{Harness, custom_payloads, harness, scripted, sqlite_store};
@@ -202,6 +203,28 @@ pub async fn check_demo_plan(h: &Harness) {
         serde_json::to_string(&result.messages).unwrap()
     );
     assert!(!contains_uuid_v4(&everything), "an execution id leaked");
+
+    // The three tool results are one lead step: one `values` holds them all at once,
+    // none holds only some of them.
+    let tool_counts: Vec<usize> = outputs
+        .iter()
+        .filter_map(|output| match output {
+            RunOutput::Values { values, .. } => Some(
+                values["messages"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter(|m| m["type"] == "tool")
+                    .count(),
+            ),
+            _ => None,
+        })
+        .collect();
+    assert!(tool_counts.contains(&3), "{tool_counts:?}");
+    assert!(
+        !tool_counts.iter().any(|n| (1..3).contains(n)),
+        "{tool_counts:?}"
+    );
 
     // The checkpoint carries the trace id and the final messages.
     let checkpoint = h.store.latest_checkpoint("t-demo").await.unwrap().unwrap();
