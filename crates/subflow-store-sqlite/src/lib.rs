@@ -36,7 +36,9 @@
 //! step row touches three b-trees. Reads run in place (`block_in_place`) on a
 //! multi-threaded runtime and on the blocking pool otherwise; opening and closing always
 //! use the blocking pool (`spawn_blocking`), and so does waiting for a write on a
-//! single-threaded runtime (paused test time must not jump). `events.rs`, `records.rs`,
+//! single-threaded runtime (paused test time must not jump). The writer never
+//! checkpoints the WAL by itself: `wal.rs` notes the log's size through a WAL hook and a
+//! checkpointer thread with its own connection copies the log at the bound. `events.rs`, `records.rs`,
 //! `checkpoints.rs`, `auth.rs`; `streams.rs`: stream logs, leases (this process's clock,
 //! epoch milliseconds) and cancel requests; every row cascades from its run.
 //! `batches.rs`: every write one job of the writer's (the single writer serialises claim
