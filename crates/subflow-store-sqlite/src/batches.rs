@@ -275,9 +275,15 @@ impl BatchStore for SqliteStore {
         &self,
         outcomes: &[(ItemLease, AttemptOutcome)],
     ) -> Result<Vec<Option<BatchItemStatus>>> {
+        // The outcomes (results, usage) come back to be freed here, off the writer thread.
         let outcomes = outcomes.to_vec();
-        self.transact(async move |rows| shared::finish_attempts(rows, &outcomes).await)
-            .await
+        let (statuses, _outcomes) = self
+            .transact(async move |rows| {
+                let statuses = shared::finish_attempts(rows, &outcomes).await?;
+                Ok((statuses, outcomes))
+            })
+            .await?;
+        Ok(statuses)
     }
 
     async fn release_claim(

@@ -15,9 +15,9 @@ use uuid::Uuid;
 
 use crate::{Db, SqliteStore, query_all, text};
 
-/// One event's column values, owned so that they can move to the blocking pool.
+/// One event's column values but its thread's (shared by its batch), owned so that they
+/// can move to the writer thread.
 struct EventRow {
-    thread_id: String,
     run_id: String,
     event_id: Uuid,
     event_type: String,
@@ -32,7 +32,6 @@ struct EventRow {
 impl EventRow {
     fn new(event: &NewEvent) -> Self {
         EventRow {
-            thread_id: event.thread_id.clone(),
             run_id: event.run_id.clone(),
             event_id: event.event_id,
             event_type: event.event_type.clone(),
@@ -45,11 +44,12 @@ impl EventRow {
         }
     }
 
-    /// Runs `insert` (one of the `INSERT_EVENT*` statements); returns rows written.
-    fn insert(&self, insert: &mut CachedStatement<'_>, seq: i64) -> Result<usize> {
+    /// Runs `insert` (one of the `INSERT_EVENT*` statements) for the event of
+    /// `thread_id`; returns rows written.
+    fn insert(&self, insert: &mut CachedStatement<'_>, thread_id: &str, seq: i64) -> Result<usize> {
         insert
             .execute(params![
-                self.thread_id,
+                thread_id,
                 seq,
                 self.run_id,
                 self.event_id.as_bytes(),
@@ -137,7 +137,10 @@ fn decode_event(row: &Row<'_>) -> Result<RunEvent> {
     event_columns(row)?.decode()
 }
 
-/// A validated batch of run events of one thread, ready for the writer.
+/// A validated batch of run events of one thread, ready for the writer. A writer job
+/// hands it back once inserted, so that its memory is freed on the thread that
+/// allocated it rather than on the writer's (a free across threads costs the writer an
+/// allocator lock).
 pub(crate) struct EventRows {
     thread_id: String,
     rows: Vec<EventRow>,
@@ -191,7 +194,7 @@ impl EventRows {
                 // A record stored by an earlier, ambiguous attempt (or twice in this
                 // batch) is skipped and takes no seq, so seqs stay gap-free exactly as
                 // in the other backends.
-                if row.insert(&mut insert, next)? > 0 {
+                if row.insert(&mut insert, &self.thread_id, next)? > 0 {
                     next += 1;
                     if row.event_type == EventType::RunEnd.as_str() {
                         ended.insert(row.run_id.as_str(), true);
@@ -219,7 +222,9 @@ impl EventStore for SqliteStore {
         if batch.is_empty() {
             return Ok(AppendOutcome::default());
         }
-        let written = self.write(move |conn| rows.insert(conn)).await?;
+        let (written, _rows) = self
+            .write(move |conn| Ok((rows.insert(conn)?, rows)))
+            .await?;
         Ok(AppendOutcome {
             written,
             skipped: batch.len() - written,
@@ -277,17 +282,23 @@ impl SqliteStore {
     /// values from `first_seq` in one transaction through one cached prepared insert,
     /// with no validation, `seq` allocation or idempotency check.
     pub async fn insert_rows_unchecked(&self, rows: &[NewEvent], first_seq: i64) -> Result<()> {
+        let thread_id = rows
+            .first()
+            .map(|e| e.thread_id.clone())
+            .unwrap_or_default();
         let rows: Vec<EventRow> = rows.iter().map(EventRow::new).collect();
-        self.write(move |conn| {
-            let tx: &Connection = conn;
-            {
-                let mut insert = tx.prepare_cached(INSERT_EVENT).db()?;
-                for (seq, row) in (first_seq..).zip(&rows) {
-                    row.insert(&mut insert, seq)?;
+        let _rows = self
+            .write(move |conn| {
+                let tx: &Connection = conn;
+                {
+                    let mut insert = tx.prepare_cached(INSERT_EVENT).db()?;
+                    for (seq, row) in (first_seq..).zip(&rows) {
+                        row.insert(&mut insert, &thread_id, seq)?;
+                    }
                 }
-            }
-            Ok(())
-        })
-        .await
+                Ok(rows)
+            })
+            .await?;
+        Ok(())
     }
 }

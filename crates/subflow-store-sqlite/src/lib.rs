@@ -7,6 +7,9 @@
 //! [`MAX_GROUP`]) into one `BEGIN IMMEDIATE` transaction, each write in a savepoint of its
 //! own, so a write that fails rolls back alone and many concurrent runs cost one commit
 //! instead of one each. A caller hears of its write only once the group committed.
+//! The hot writes (event batches, stream frames, batch outcomes) hand their owned rows
+//! back with the answer, so their memory is freed on the thread that allocated it and
+//! the writer pays no cross-thread frees.
 //! Reads run their SQL off the async scheduler in one hop (`block_in_place` on a
 //! multi-threaded runtime, the blocking pool otherwise), not one per statement or row.
 //! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`,

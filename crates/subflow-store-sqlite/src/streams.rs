@@ -150,11 +150,12 @@ impl StreamStore for SqliteStore {
         batch.validate()?;
         let rows = EventRows::new(events)?;
         let owned = batch.clone();
-        let (written, announce) = self
+        let (written, announce, _freed_here) = self
             .write(move |conn| {
                 let tx: &Connection = conn;
                 rows.insert(tx)?;
-                insert_frames(tx, &owned)
+                let (written, announce) = insert_frames(tx, &owned)?;
+                Ok((written, announce, (rows, owned)))
             })
             .await?;
         if let Some(last_id) = announce {
