@@ -71,13 +71,25 @@ impl SqliteStore {
         T: Send + 'static,
         F: AsyncFnOnce(&mut SqliteRows<'_>) -> Result<T> + Send + 'static,
     {
+        self.transact_owned((), async move |rows, ()| work(rows).await)
+            .await
+    }
+
+    /// [`transact`](Self::transact) over data the caller built, which `work` borrows
+    /// and which is freed on this side ([`SqliteStore::write_owned`]).
+    async fn transact_owned<O, T, F>(&self, owned: O, work: F) -> Result<T>
+    where
+        O: Send + 'static,
+        T: Send + 'static,
+        F: AsyncFnOnce(&mut SqliteRows<'_>, &O) -> Result<T> + Send + 'static,
+    {
         let clock = self.inner.clock.clone();
-        self.write(move |conn| {
+        self.write_owned(owned, move |conn, owned| {
             let mut rows = SqliteRows {
                 conn,
                 clock: &clock,
             };
-            at_once(work(&mut rows))
+            at_once(work(&mut rows, owned))
         })
         .await
     }
@@ -275,15 +287,10 @@ impl BatchStore for SqliteStore {
         &self,
         outcomes: &[(ItemLease, AttemptOutcome)],
     ) -> Result<Vec<Option<BatchItemStatus>>> {
-        // The outcomes (results, usage) come back to be freed here, off the writer thread.
-        let outcomes = outcomes.to_vec();
-        let (statuses, _outcomes) = self
-            .transact(async move |rows| {
-                let statuses = shared::finish_attempts(rows, &outcomes).await?;
-                Ok((statuses, outcomes))
-            })
-            .await?;
-        Ok(statuses)
+        self.transact_owned(outcomes.to_vec(), async |rows, outcomes| {
+            shared::finish_attempts(rows, outcomes).await
+        })
+        .await
     }
 
     async fn release_claim(

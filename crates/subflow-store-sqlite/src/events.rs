@@ -137,10 +137,7 @@ fn decode_event(row: &Row<'_>) -> Result<RunEvent> {
     event_columns(row)?.decode()
 }
 
-/// A validated batch of run events of one thread, ready for the writer. A writer job
-/// hands it back once inserted, so that its memory is freed on the thread that
-/// allocated it rather than on the writer's (a free across threads costs the writer an
-/// allocator lock).
+/// A validated batch of run events of one thread, ready for the writer.
 pub(crate) struct EventRows {
     thread_id: String,
     rows: Vec<EventRow>,
@@ -222,8 +219,8 @@ impl EventStore for SqliteStore {
         if batch.is_empty() {
             return Ok(AppendOutcome::default());
         }
-        let (written, _rows) = self
-            .write(move |conn| Ok((rows.insert(conn)?, rows)))
+        let written = self
+            .write_owned(rows, |conn, rows| rows.insert(conn))
             .await?;
         Ok(AppendOutcome {
             written,
@@ -287,18 +284,13 @@ impl SqliteStore {
             .map(|e| e.thread_id.clone())
             .unwrap_or_default();
         let rows: Vec<EventRow> = rows.iter().map(EventRow::new).collect();
-        let _rows = self
-            .write(move |conn| {
-                let tx: &Connection = conn;
-                {
-                    let mut insert = tx.prepare_cached(INSERT_EVENT).db()?;
-                    for (seq, row) in (first_seq..).zip(&rows) {
-                        row.insert(&mut insert, &thread_id, seq)?;
-                    }
-                }
-                Ok(rows)
-            })
-            .await?;
-        Ok(())
+        self.write_owned(rows, move |conn, rows| {
+            let mut insert = conn.prepare_cached(INSERT_EVENT).db()?;
+            for (seq, row) in (first_seq..).zip(rows) {
+                row.insert(&mut insert, &thread_id, seq)?;
+            }
+            Ok(())
+        })
+        .await
     }
 }

@@ -7,9 +7,9 @@
 //! [`MAX_GROUP`]) into one `BEGIN IMMEDIATE` transaction, each write in a savepoint of its
 //! own, so a write that fails rolls back alone and many concurrent runs cost one commit
 //! instead of one each. A caller hears of its write only once the group committed.
-//! The hot writes (event batches, stream frames, batch outcomes) hand their owned rows
-//! back with the answer, so their memory is freed on the thread that allocated it and
-//! the writer pays no cross-thread frees.
+//! The hot writes (event batches, stream frames, batch outcomes) go through
+//! `write_owned`, which hands their rows back with the answer, so their memory is freed
+//! on the thread that allocated it and the writer pays no cross-thread frees.
 //! Reads run their SQL off the async scheduler in one hop (`block_in_place` on a
 //! multi-threaded runtime, the blocking pool otherwise), not one per statement or row.
 //! One file per store trait (`events`, `records`, `checkpoints`, `auth`, `streams`,
@@ -525,6 +525,22 @@ impl SqliteStore {
             .await
             .map_err(Error::backend)?
             .unwrap_or_else(|_| dropped())
+    }
+
+    /// [`write`](Self::write) over rows the caller built: `work` borrows them on the
+    /// writer thread, and once it succeeded they come back to be freed on this side, on
+    /// the thread that allocated them (a free across threads costs the writer a flush
+    /// into the allocating thread's arena, under its lock).
+    async fn write_owned<O, T, F>(&self, owned: O, work: F) -> Result<T>
+    where
+        O: Send + 'static,
+        F: FnOnce(&mut Connection, &O) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        let (answer, _owned) = self
+            .write(move |conn| work(conn, &owned).map(|answer| (answer, owned)))
+            .await?;
+        Ok(answer)
     }
 
     /// Runs `work` on a read-only connection (the writer for an in-memory database).

@@ -148,14 +148,12 @@ impl StreamStore for SqliteStore {
         batch: &FrameBatch,
     ) -> Result<AppendOutcome> {
         batch.validate()?;
-        let rows = EventRows::new(events)?;
-        let owned = batch.clone();
-        let (written, announce, _freed_here) = self
-            .write(move |conn| {
+        let owned = (EventRows::new(events)?, batch.clone());
+        let (written, announce) = self
+            .write_owned(owned, |conn, (rows, frames)| {
                 let tx: &Connection = conn;
                 rows.insert(tx)?;
-                let (written, announce) = insert_frames(tx, &owned)?;
-                Ok((written, announce, (rows, owned)))
+                insert_frames(tx, frames)
             })
             .await?;
         if let Some(last_id) = announce {
