@@ -31,7 +31,7 @@ use self::rows::{
     BATCH_COLUMNS, ITEM_COLUMNS, LISTED_ITEM_COLUMNS, SqliteRows, count, decode_batch, decode_item,
     load_item, scoped_batch,
 };
-use crate::{Db, SqliteStore, backend_message, query_all, text};
+use crate::{Db, Route, SqliteStore, backend_message, query_all, text};
 
 /// Runs a batch write whose row access never waits (SQLite's calls are synchronous) to
 /// its end on the calling thread.
@@ -65,7 +65,7 @@ impl SqliteStore {
     }
 
     /// Runs `work` over this store's [`BatchRows`](shared::BatchRows) in one IMMEDIATE
-    /// transaction on the writer thread.
+    /// transaction on the writer thread ([`Route::Queued`]).
     async fn transact<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
@@ -84,7 +84,7 @@ impl SqliteStore {
         F: AsyncFnOnce(&mut SqliteRows<'_>, &O) -> Result<T> + Send + 'static,
     {
         let clock = self.inner.clock.clone();
-        self.write_owned(owned, move |conn, owned| {
+        self.write_owned(Route::Queued, owned, move |conn, owned| {
             let mut rows = SqliteRows {
                 conn,
                 clock: &clock,

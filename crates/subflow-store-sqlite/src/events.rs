@@ -13,7 +13,7 @@ use subflow_store::{
 };
 use uuid::Uuid;
 
-use crate::{Db, SqliteStore, query_all, text};
+use crate::{Db, Route, SqliteStore, query_all, text};
 
 /// One event's column values but its thread's (shared by its batch), owned so that they
 /// can move to the writer thread.
@@ -220,7 +220,7 @@ impl EventStore for SqliteStore {
             return Ok(AppendOutcome::default());
         }
         let written = self
-            .write_owned(rows, |conn, rows| rows.insert(conn))
+            .write_owned(Route::InPlaceWhenIdle, rows, |conn, rows| rows.insert(conn))
             .await?;
         Ok(AppendOutcome {
             written,
@@ -284,7 +284,7 @@ impl SqliteStore {
             .map(|e| e.thread_id.clone())
             .unwrap_or_default();
         let rows: Vec<EventRow> = rows.iter().map(EventRow::new).collect();
-        self.write_owned(rows, move |conn, rows| {
+        self.write_owned(Route::InPlaceWhenIdle, rows, move |conn, rows| {
             let mut insert = conn.prepare_cached(INSERT_EVENT).db()?;
             for (seq, row) in (first_seq..).zip(rows) {
                 row.insert(&mut insert, &thread_id, seq)?;

@@ -15,7 +15,7 @@ use subflow_store::{
 };
 
 use crate::events::EventRows;
-use crate::{Db, SqliteStore, query_all};
+use crate::{Db, Route, SqliteStore, query_all};
 
 const INSERT_FRAME: &str =
     "INSERT INTO stream_frames (run_id, id, event, data) VALUES (?, ?, ?, ?)";
@@ -150,7 +150,7 @@ impl StreamStore for SqliteStore {
         batch.validate()?;
         let owned = (EventRows::new(events)?, batch.clone());
         let (written, announce) = self
-            .write_owned(owned, |conn, (rows, frames)| {
+            .write_owned(Route::InPlaceWhenIdle, owned, |conn, (rows, frames)| {
                 let tx: &Connection = conn;
                 rows.insert(tx)?;
                 insert_frames(tx, frames)

@@ -45,13 +45,16 @@ pub(crate) fn bound_pages(available: u64, page_size: u64) -> u64 {
 }
 
 thread_local! {
-    /// The pages the WAL held after the last commit on this thread's connection.
-    static LOG_PAGES: Cell<u64> = const { Cell::new(0) };
+    /// The pages the WAL held after the last commit on this thread, until the group's
+    /// [`WalBound::after_group`] on the same thread takes it. A writer connection
+    /// commits on the writer thread or in place on a caller's, one group at a time, and
+    /// each group's `after_group` follows its commit on the thread that committed it.
+    static LOG_PAGES: Cell<Option<u64>> = const { Cell::new(None) };
 }
 
 /// The writer connection's WAL hook: notes the log's size, checkpoints nothing.
 fn note_log_pages(_: &Wal, pages: c_int) -> rusqlite::Result<()> {
-    LOG_PAGES.set(u64::try_from(pages).unwrap_or(0));
+    LOG_PAGES.set(Some(u64::try_from(pages).unwrap_or(0)));
     Ok(())
 }
 
@@ -119,6 +122,8 @@ pub(crate) struct WalBound {
     groups: u32,
     /// The bound, in pages.
     pages: u64,
+    /// The pages the log held after its last commit that wrote any.
+    log_pages: u64,
     /// `None` for an in-memory database, or when its connection could not be opened
     /// (the writer then checkpoints at the bound itself).
     checkpointer: Option<Checkpointer>,
@@ -126,8 +131,7 @@ pub(crate) struct WalBound {
 
 impl WalBound {
     /// Takes over checkpoints of the writer connection `conn` to the database file at
-    /// `path` (on the writer thread, whose commits the hook notes) and sets the first
-    /// bound.
+    /// `path` (its commits' hook notes the log's size) and sets the first bound.
     pub(crate) fn new(conn: &Connection, path: Option<PathBuf>) -> Self {
         let page_size = conn
             .pragma_query_value(None, "page_size", |row| row.get::<_, i64>(0))
@@ -149,6 +153,7 @@ impl WalBound {
             page_size,
             groups: 0,
             pages: MAX_PAGES,
+            log_pages: 0,
             checkpointer,
         };
         bound.adjust(conn);
@@ -170,7 +175,10 @@ impl WalBound {
             self.groups = 0;
             self.adjust(conn);
         }
-        let pages = LOG_PAGES.get();
+        if let Some(pages) = LOG_PAGES.take() {
+            self.log_pages = pages;
+        }
+        let pages = self.log_pages;
         match &self.checkpointer {
             _ if pages < self.pages => {}
             Some(checkpointer) if pages < 2 * self.pages => checkpointer.ask(),
@@ -253,7 +261,7 @@ mod tests {
         conn.execute("INSERT INTO t VALUES (zeroblob(?1))", [bytes])
             .unwrap();
         bound.after_group(conn, true);
-        LOG_PAGES.get()
+        bound.log_pages
     }
 
     #[test]
