@@ -6,6 +6,10 @@ use serde_json::Value;
 /// Returns the first `cap` characters of `text` and whether anything was cut.
 /// The cut always falls on a character boundary.
 pub fn cap_chars(text: &str, cap: usize) -> (&str, bool) {
+    // A text of at most `cap` bytes has at most `cap` characters: nothing to count.
+    if text.len() <= cap {
+        return (text, false);
+    }
     match text.char_indices().nth(cap) {
         Some((byte_index, _)) => (&text[..byte_index], true),
         None => (text, false),

@@ -897,9 +897,9 @@ mod tests {
         }
         let stored: Vec<i64> = store
             .read(|conn| {
-                let mut statement = conn.prepare("SELECT x FROM w ORDER BY x").db()?;
-                let rows = statement.query_map([], |row| row.get(0)).db()?;
-                rows.collect::<rusqlite::Result<Vec<i64>>>().db()
+                query_all(conn, "SELECT x FROM w ORDER BY x", [], |row| {
+                    row.get(0).db()
+                })
             })
             .await
             .unwrap();
@@ -908,6 +908,7 @@ mod tests {
         store.close().await;
         assert!(store.write(|_| Ok(())).await.is_err(), "closed");
     }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_writer_commits_in_place_and_a_busy_or_queued_one_takes_the_queue() {
         let dir = tempfile::tempdir().unwrap();
@@ -967,13 +968,12 @@ mod tests {
         queued.fetch_sub(1, Ordering::AcqRel);
         let rows: Vec<(i64, Option<String>)> = store
             .read(|conn| {
-                let mut statement = conn
-                    .prepare("SELECT n, thread FROM log ORDER BY rowid")
-                    .db()?;
-                let rows = statement
-                    .query_map([], |row| Ok((row.get(0)?, row.get(1)?)))
-                    .db()?;
-                rows.collect::<rusqlite::Result<Vec<_>>>().db()
+                query_all(
+                    conn,
+                    "SELECT n, thread FROM log ORDER BY rowid",
+                    [],
+                    |row| Ok((row.get(0).db()?, row.get(1).db()?)),
+                )
             })
             .await
             .unwrap();
