@@ -860,15 +860,21 @@ mod tests {
         assert!(half_done.is_err(), "the panicked write was rolled back");
     }
 
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn concurrent_writes_commit_together_and_a_failing_one_rolls_back_alone() {
-        let dir = tempfile::tempdir().unwrap();
+    /// A store on a file in `dir` with one table of the writer tests, made by `schema`.
+    async fn store_with_table(dir: &tempfile::TempDir, schema: &'static str) -> SqliteStore {
         let url = format!("sqlite://{}", dir.path().join("w.db").display());
         let store = SqliteStore::open(&url, 2).await.unwrap();
         store
-            .write(|conn| conn.execute_batch("CREATE TABLE w (x INTEGER)").db())
+            .write(move |conn| conn.execute_batch(schema).db())
             .await
             .unwrap();
+        store
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_writes_commit_together_and_a_failing_one_rolls_back_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with_table(&dir, "CREATE TABLE w (x INTEGER)").await;
         let writes: Vec<_> = (0..40_i64)
             .map(|x| {
                 let store = store.clone();
@@ -912,15 +918,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_idle_writer_commits_in_place_and_a_busy_or_queued_one_takes_the_queue() {
         let dir = tempfile::tempdir().unwrap();
-        let url = format!("sqlite://{}", dir.path().join("w.db").display());
-        let store = SqliteStore::open(&url, 2).await.unwrap();
-        store
-            .write(|conn| {
-                conn.execute_batch("CREATE TABLE log (n INTEGER, thread TEXT)")
-                    .db()
-            })
-            .await
-            .unwrap();
+        let store = store_with_table(&dir, "CREATE TABLE log (n INTEGER, thread TEXT)").await;
         let log = |n: i64| {
             move |conn: &mut Connection| {
                 let thread = std::thread::current().name().map(str::to_owned);
