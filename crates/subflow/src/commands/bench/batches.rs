@@ -202,9 +202,9 @@ impl WorkerMetrics for Finished {
 /// last outcome, and the store writes it made per item.
 async fn worker_run(dir: &Path, n: usize, round: usize) -> anyhow::Result<(f64, f64)> {
     let name = format!("bench-worker-{round}.db");
-    let sqlite: Arc<dyn Store> = Arc::new(sqlite(dir, &name).await?);
+    let sqlite = Arc::new(sqlite(dir, &name).await?);
     let counted = Arc::new(CountingStore::new(sqlite.clone()));
-    let runtime = runtime(dir, sqlite, SLOTS)?;
+    let runtime = runtime(dir, sqlite.clone(), SLOTS)?;
     counted.submit_batch(new_batch(n, LIVE, SLOTS)).await?;
     let finished = Arc::new(Finished {
         succeeded: AtomicU64::new(0),
@@ -224,6 +224,9 @@ async fn worker_run(dir: &Path, n: usize, round: usize) -> anyhow::Result<(f64, 
     let elapsed = started.elapsed();
     stop.cancel();
     task.await.context("the worker task failed")??;
+    // Closed here, not dropped: a dropped store checkpoints and closes its file on the
+    // writer thread while the baseline that follows runs.
+    sqlite.close().await;
     let other = finished.other.load(Ordering::SeqCst);
     if other > 0 {
         bail!("{other} attempts did not succeed");

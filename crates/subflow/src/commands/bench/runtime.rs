@@ -1,6 +1,10 @@
 //! `subflow bench runtime`: the cost of observing delegation. A lead run delegates to
 //! subagents that each take many scripted steps with no model delay; every step is
 //! emitted live and persisted. The same run on the in-memory store is the baseline.
+//! Every SQLite run goes to one store, opened before the first and closed after the
+//! last, as runs go to a serving gateway's: a store opened per run would count its
+//! connections' first schema reads and statement preparations in every run, and one
+//! dropped unclosed would checkpoint and close its file during the next baseline run.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,15 +66,13 @@ pub async fn run(args: RuntimeArgs) -> anyhow::Result<()> {
 
     let mut persisted = Vec::new();
     let mut baseline = Vec::new();
+    let url = format!("sqlite://{}", dir.path().join("bench.db").display());
+    let sqlite = Arc::new(SqliteStore::open(&url, 4).await?);
     for attempt in 0..args.repeat {
-        let url = format!(
-            "sqlite://{}",
-            dir.path().join(format!("bench-{attempt}.db")).display()
-        );
-        let sqlite: Arc<dyn Store> = Arc::new(SqliteStore::open(&url, 4).await?);
-        persisted.push(measure(sqlite, dir.path(), &script, attempt).await?);
+        persisted.push(measure(sqlite.clone(), dir.path(), &script, attempt).await?);
         baseline.push(measure(Arc::new(MemoryStore::new()), dir.path(), &script, attempt).await?);
     }
+    sqlite.close().await;
     let rate = |m: &Measured| m.steps as f64 / m.elapsed.as_secs_f64();
     let steps_per_s = median(persisted.iter().map(rate).collect());
     let baseline_per_s = median(baseline.iter().map(rate).collect());
