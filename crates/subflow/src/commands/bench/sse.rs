@@ -111,17 +111,20 @@ fn script(steps: usize, delay_ms: u64) -> Value {
 }
 
 /// A runtime on a fresh SQLite file with the stamped scripted model; admission sized
-/// so that `streams` runs' subagents all execute at once.
+/// so that `streams` runs' subagents all execute at once. The store is for the caller
+/// to close once it measured: dropped, it would checkpoint and close its file on its
+/// writer thread during the next measurement.
 async fn runtime(
     dir: &std::path::Path,
     name: &str,
     script: &std::path::Path,
     streams: usize,
     stamps: Stamps,
-) -> anyhow::Result<RuntimeOptions> {
+) -> anyhow::Result<(RuntimeOptions, Arc<SqliteStore>)> {
     let url = format!("sqlite://{}", dir.join(format!("{name}.db")).display());
-    let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url, 4).await?);
-    runtime_on(store, dir, name, script, streams, stamps)
+    let store = Arc::new(SqliteStore::open(&url, 4).await?);
+    let options = runtime_on(store.clone(), dir, name, script, streams, stamps)?;
+    Ok((options, store))
 }
 
 /// A runtime on `store` with the stamped scripted model.
@@ -177,7 +180,7 @@ async fn over_sse(
 ) -> anyhow::Result<Latency> {
     let stamps = Stamps::default();
     let name = format!("sse-{streams}");
-    let runtime = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let (runtime, sqlite) = runtime(dir, &name, script, streams, stamps.clone()).await?;
     let (base, server) = serve(runtime).await?;
     let client = reqwest::Client::builder().no_proxy().build()?;
     let mut samples = Vec::new();
@@ -196,6 +199,9 @@ async fn over_sse(
         }
     }
     server.abort();
+    // The gateway (and its handle on the store) is gone once its task ended.
+    let _ = server.await;
+    sqlite.close().await;
     Latency::of(samples)
 }
 
@@ -355,7 +361,7 @@ async fn over_channel(
 ) -> anyhow::Result<Latency> {
     let stamps = Stamps::default();
     let name = format!("channel-{streams}");
-    let options = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let (options, sqlite) = runtime(dir, &name, script, streams, stamps.clone()).await?;
     let store = options.store.clone();
     let runtime = options.build();
     let mut samples = Vec::new();
@@ -404,6 +410,7 @@ async fn over_channel(
             samples.extend(run.await.context("a baseline run failed")??);
         }
     }
+    sqlite.close().await;
     Latency::of(samples)
 }
 
