@@ -56,10 +56,9 @@ mod storage;
 use std::process::ExitCode;
 
 /// jemalloc gives freed memory back to the system after a second (its dirty pages decay
-/// on a background thread; `dirty_decay_ms`, and the single arena `narenas:1`, are set in
-/// `.cargo/config.toml`), where the
-/// system allocator kept what a long thread's or a large batch's peak took for the life
-/// of the process; SQLite allocates through it too.
+/// on a background thread; `dirty_decay_ms`, and the single arena `narenas:1`, are set
+/// in `.cargo/config.toml`), where the system allocator kept what a long thread's or a
+/// large batch's peak took for the life of the process; SQLite allocates through it too.
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

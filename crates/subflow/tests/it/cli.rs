@@ -194,6 +194,44 @@ fn unknown_commands_and_bad_bench_sizes_exit_with_code_2() {
     );
 }
 
+/// The value of `key` in a bench result line such as `steps=153 ratio=0.71`.
+fn bench_field(line: &str, key: &str) -> f64 {
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix(key)?.strip_prefix('='))
+        .and_then(|value| value.parse().ok())
+        .unwrap_or_else(|| panic!("no {key}= in {line:?}"))
+}
+
+#[test]
+fn bench_runtime_and_bench_batches_run_to_their_result_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = subflow(
+        &[
+            "bench",
+            "runtime",
+            "--subagents",
+            "1",
+            "--steps",
+            "2",
+            "--repeat",
+            "2",
+        ],
+        dir.path(),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let line = String::from_utf8(output.stdout).unwrap();
+    // One subagent of two tool steps and its answer: three `task_running` events a run.
+    assert_eq!(bench_field(&line, "steps"), 3.0, "{line}");
+    assert!(bench_field(&line, "ratio") > 0.0, "{line}");
+
+    let output = subflow(&["bench", "batches", "--items", "100"], dir.path());
+    assert!(output.status.success(), "{}", stderr(&output));
+    let line = String::from_utf8(output.stdout).unwrap();
+    assert_eq!(bench_field(&line, "items"), 100.0, "{line}");
+    assert!(bench_field(&line, "ratio") > 0.0, "{line}");
+    assert!(bench_field(&line, "store_writes_per_item") <= 1.0, "{line}");
+}
+
 /// Starts `subflow serve` on a free port; returns the child and its address once it listens.
 pub fn start_serve(
     dir: &std::path::Path,

@@ -362,13 +362,12 @@ async fn over_channel(
     let stamps = Stamps::default();
     let name = format!("channel-{streams}");
     let (options, sqlite) = runtime(dir, &name, script, streams, stamps.clone()).await?;
-    let store = options.store.clone();
     let runtime = options.build();
     let mut samples = Vec::new();
     for turn in 0..turns {
         let mut runs = Vec::new();
         for n in 0..streams {
-            let (runtime, store, stamps) = (runtime.clone(), store.clone(), stamps.clone());
+            let (runtime, store, stamps) = (runtime.clone(), sqlite.clone(), stamps.clone());
             runs.push(tokio::spawn(async move {
                 let (thread_id, run_id) = (
                     format!("bench-channel-{turn}-{n}"),
