@@ -34,10 +34,12 @@ pub enum RunOutput {
     },
     /// An `updates` frame: `{<node>: <state delta>}` after a lead step (docs/api.md#sse-frames).
     Update(Value),
-    /// A `custom` payload: a task event.
+    /// A `custom` payload: a task event, serialised by whoever frames it (its JSON is
+    /// [`TaskEvent::to_value`], fields in the documented order), so a step builds no
+    /// JSON tree on its way out.
     Custom {
-        /// The payload, fields in the documented order.
-        payload: Value,
+        /// The task event.
+        event: TaskEvent,
         /// When the step (or lifecycle change) it reports came into existence.
         created: Instant,
     },
@@ -205,7 +207,6 @@ impl TaskEmitter {
     fn emit(&self, event: TaskEvent, created: Instant, extra: Option<(&str, Value)>) {
         // Recorded before it is sent: a consumer that flushes the run's buffers before it
         // shows a frame (the gateway) never shows an event that is not stored.
-        let payload = event.to_value();
         let mut record = event.record();
         if let Some((key, value)) = extra {
             record = record.with_content_field(key, value);
@@ -213,7 +214,7 @@ impl TaskEmitter {
         if let Err(error) = self.buffer.record_mapped(record) {
             tracing::error!(task_id = %self.task_id, %error, "task event could not be persisted");
         }
-        self.sink.send(RunOutput::Custom { payload, created });
+        self.sink.send(RunOutput::Custom { event, created });
     }
 
     /// `task_started`.

@@ -282,8 +282,8 @@ impl Pump {
             RunOutput::Update(update) if self.modes.updates => {
                 self.persister.push(FrameEvent::Updates, &update);
             }
-            RunOutput::Custom { payload, .. } if self.modes.custom => {
-                self.persister.push(FrameEvent::Custom, &payload);
+            RunOutput::Custom { event, .. } if self.modes.custom => {
+                self.persister.push(FrameEvent::Custom, &event);
             }
             _ => {}
         }

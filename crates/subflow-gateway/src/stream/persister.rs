@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use serde::Serialize;
 use serde_json::{Value, json};
 use subflow_runtime::output::EventBarrier;
 use subflow_store::{FrameBatch, Store, StreamFrame};
@@ -133,29 +134,29 @@ impl Persister {
         (persister, task)
     }
 
-    /// Numbers a frame for the writer.
-    pub fn push(&self, event: FrameEvent, data: &Value) {
-        self.push_frame(event, data, None, false);
+    /// Numbers a frame for the writer; `data` is serialised once, here.
+    pub fn push(&self, event: FrameEvent, data: &(impl Serialize + ?Sized)) {
+        self.push_frame(event, json_text(data), None, false);
     }
 
     /// [`Persister::push`] of a frame the durable log stores as `stored` (event, data).
     pub fn push_stored(&self, event: FrameEvent, data: &Value, stored: (&'static str, String)) {
-        self.push_frame(event, data, Some(stored), false);
+        self.push_frame(event, data.to_string(), Some(stored), false);
     }
 
     /// Numbers the run's last frames: `error` with `error` when it failed, then `end`.
     pub fn end(&self, error: Option<&str>) {
         if let Some(message) = error {
             let error = json!({"message": message, "name": "RunError"});
-            self.push_frame(FrameEvent::Error, &error, None, false);
+            self.push_frame(FrameEvent::Error, error.to_string(), None, false);
         }
-        self.push_frame(FrameEvent::End, &Value::Null, None, true);
+        self.push_frame(FrameEvent::End, Value::Null.to_string(), None, true);
     }
 
     fn push_frame(
         &self,
         event: FrameEvent,
-        data: &Value,
+        data: String,
         stored: Option<(&'static str, String)>,
         last: bool,
     ) {
@@ -163,7 +164,7 @@ impl Persister {
         if pending.finished {
             return;
         }
-        let mut frame = Frame::new(pending.last_id + 1, event, data.to_string());
+        let mut frame = Frame::new(pending.last_id + 1, event, data);
         frame.stored = stored;
         pending.last_id = frame.id;
         pending.frames.push_back(Arc::new(frame));
@@ -171,6 +172,12 @@ impl Persister {
         drop(pending);
         self.queue.wake.notify_one();
     }
+}
+
+/// The JSON text of a frame's data: frames carry JSON values and typed events, whose
+/// serialisation cannot fail.
+fn json_text(data: &(impl Serialize + ?Sized)) -> String {
+    serde_json::to_string(data).expect("frame data always serialises")
 }
 
 /// What a write came to.

@@ -138,7 +138,7 @@ pub fn custom_payloads(outputs: &[RunOutput]) -> Vec<serde_json::Value> {
     outputs
         .iter()
         .filter_map(|o| match o {
-            RunOutput::Custom { payload, .. } => Some(payload.clone()),
+            RunOutput::Custom { event, .. } => Some(event.to_value()),
             _ => None,
         })
         .collect()

@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use subflow_contracts::messages::Message;
+use subflow_contracts::task_events::TaskEvent;
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::{RunResult, RunSpec};
@@ -118,7 +119,10 @@ pub fn step_counts(outputs: &[RunOutput]) -> (usize, usize, usize) {
     let mut counts = (0, 0, 0);
     for output in outputs {
         match output {
-            RunOutput::Custom { payload, .. } if payload["type"] == "task_running" => counts.0 += 1,
+            RunOutput::Custom {
+                event: TaskEvent::Running { .. },
+                ..
+            } => counts.0 += 1,
             RunOutput::Message { node: "tools", .. } => counts.1 += 1,
             RunOutput::Values { .. } => counts.2 += 1,
             _ => {}

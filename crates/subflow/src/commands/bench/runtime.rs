@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 use serde_json::json;
 use subflow_contracts::RunStatus;
 use subflow_contracts::messages::Message;
+use subflow_contracts::task_events::TaskEvent;
 use subflow_models::{ChatModel, ScriptedConfig, ScriptedModel};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
@@ -139,8 +140,10 @@ async fn measure(
     let consumer = tokio::spawn(async move {
         let mut latencies = Vec::new();
         while let Some(item) = output.recv().await {
-            if let RunOutput::Custom { payload, created } = item
-                && payload["type"] == "task_running"
+            if let RunOutput::Custom {
+                event: TaskEvent::Running { .. },
+                created,
+            } = item
             {
                 latencies.push(created.elapsed());
             }

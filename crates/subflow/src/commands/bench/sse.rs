@@ -14,6 +14,7 @@ use anyhow::{Context, bail};
 use futures::StreamExt;
 use serde_json::{Value, json};
 use subflow_contracts::messages::Message;
+use subflow_contracts::task_events::TaskEvent;
 use subflow_gateway::{AppOptions, ModelListing};
 use subflow_models::{
     ChatEvent, ChatModel, ChatRequest, ChatStream, Error, ModelInfo, ScriptedConfig, ScriptedModel,
@@ -158,15 +159,31 @@ fn runtime_on(
     })
 }
 
-/// The latency of an AI step's event, if `payload` is one whose finish was stamped.
+/// The latency of an AI step's event, if `payload` (as a client parsed it) is one whose
+/// finish was stamped.
 fn step_latency(payload: &Value, run_id: &str, stamps: &Stamps) -> Option<Duration> {
     if payload["type"] != "task_running" || payload["message"]["type"] != "ai" {
         return None;
     }
-    let text = payload["message"]["content"].as_str()?.to_owned();
+    stamped(payload["message"]["content"].as_str()?, run_id, stamps)
+}
+
+/// [`step_latency`] of a task event as the runtime's channel carries it.
+fn event_latency(event: &TaskEvent, run_id: &str, stamps: &Stamps) -> Option<Duration> {
+    match event {
+        TaskEvent::Running { message, .. } => match message.as_ref() {
+            Message::Ai(ai) => stamped(ai.content.as_str()?, run_id, stamps),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// How long ago the step of `run_id` that answered `text` finished, if it was stamped.
+fn stamped(text: &str, run_id: &str, stamps: &Stamps) -> Option<Duration> {
     let stamps = stamps.lock().unwrap_or_else(|p| p.into_inner());
     stamps
-        .get(&(run_id.to_owned(), text))
+        .get(&(run_id.to_owned(), text.to_owned()))
         .map(|finished| finished.elapsed())
 }
 
@@ -379,8 +396,8 @@ async fn over_channel(
                 let consumer = tokio::spawn(async move {
                     let mut latencies = Vec::new();
                     while let Some(item) = output.recv().await {
-                        if let RunOutput::Custom { payload, .. } = item
-                            && let Some(latency) = step_latency(&payload, &key, &stamps)
+                        if let RunOutput::Custom { event, .. } = item
+                            && let Some(latency) = event_latency(&event, &key, &stamps)
                         {
                             latencies.push(latency);
                         }
