@@ -303,6 +303,8 @@ mod tests {
     use crate::stream::hub::Read;
     use serde_json::Map;
     use subflow_contracts::RunStatus;
+    use subflow_contracts::messages::Message;
+    use subflow_contracts::task_events::TaskEvent;
     use subflow_store::{MemoryStore, NewRun, NewThread, RunStatusUpdate};
 
     async fn running_run(store: &dyn Store, owner: &str) {
@@ -405,6 +407,34 @@ mod tests {
             ]
         );
         assert!(matches!(hub.read_after(5, 10), Read::Finished));
+    }
+
+    #[tokio::test]
+    async fn a_task_event_is_framed_as_its_json_value() {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        running_run(&*store, "a").await;
+        let (persister, writer, _, _) = start(store.clone()).await;
+        let event = TaskEvent::Running {
+            task_id: "call_1".into(),
+            message: Box::new(Message::human("step one")),
+            message_index: 1,
+            total_messages: 1,
+            usage: None,
+            model_name: "scripted-1".into(),
+        };
+        persister.push(FrameEvent::Custom, &event);
+        persister.end(None);
+        writer.await.unwrap();
+        let frames = store.read_frames("r", 0, 100).await.unwrap();
+        assert_eq!(frames[1].event, "custom");
+        assert_eq!(frames[1].data, event.to_value().to_string());
+        assert!(
+            frames[1]
+                .data
+                .starts_with(r#"{"type":"task_running","task_id":"call_1","message":{"#),
+            "fields in the documented order: {}",
+            frames[1].data
+        );
     }
 
     #[tokio::test]
