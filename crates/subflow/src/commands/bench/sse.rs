@@ -170,13 +170,13 @@ fn step_latency(payload: &Value, run_id: &str, stamps: &Stamps) -> Option<Durati
 
 /// [`step_latency`] of a task event as the runtime's channel carries it.
 fn event_latency(event: &TaskEvent, run_id: &str, stamps: &Stamps) -> Option<Duration> {
-    match event {
-        TaskEvent::Running { message, .. } => match message.as_ref() {
-            Message::Ai(ai) => stamped(ai.content.as_str()?, run_id, stamps),
-            _ => None,
-        },
-        _ => None,
-    }
+    let TaskEvent::Running { message, .. } = event else {
+        return None;
+    };
+    let Message::Ai(ai) = message.as_ref() else {
+        return None;
+    };
+    stamped(ai.content.as_str()?, run_id, stamps)
 }
 
 /// How long ago the step of `run_id` that answered `text` finished, if it was stamped.
