@@ -247,11 +247,8 @@ fn default_usage(
 ) -> Usage {
     let input_tokens = tokens(request.messages.iter().map(message_chars));
     let output_tokens = tokens(
-        std::iter::once(text.chars().count()).chain(
-            calls
-                .iter()
-                .map(|(_, args, _)| args.to_string().chars().count()),
-        ),
+        std::iter::once(text.chars().count())
+            .chain(calls.iter().map(|(_, args, _)| json_chars(args))),
     );
     Usage {
         input_tokens,
@@ -263,16 +260,44 @@ fn default_usage(
 }
 
 /// Characters of a message as a model would read them: its text and its calls' args.
+/// Every request counts its whole history, so nothing is copied to count it.
 fn message_chars(message: &Message) -> usize {
     let calls = match message {
         Message::Ai(ai) => ai
             .tool_calls
             .iter()
-            .map(|call| call.args.to_string().chars().count())
+            .map(|call| json_chars(&call.args))
             .sum(),
         _ => 0,
     };
-    message.text().chars().count() + calls
+    let text = match message.content() {
+        Value::String(text) => text.chars().count(),
+        _ => message.text().chars().count(),
+    };
+    text + calls
+}
+
+/// Characters of `value` as compact JSON text, counted as it is written.
+fn json_chars(value: &Value) -> usize {
+    /// Counts the characters of the UTF-8 written to it.
+    struct Chars(usize);
+    impl std::io::Write for Chars {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            // A continuation byte does not start a character.
+            self.0 += bytes.iter().filter(|&&byte| byte & 0xC0 != 0x80).count();
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut chars = Chars(0);
+    match serde_json::to_writer(&mut chars, value) {
+        Ok(()) => chars.0,
+        // A JSON value always serialises, and the counter never refuses bytes.
+        Err(_) => 0,
+    }
 }
 
 fn tokens(characters: impl Iterator<Item = usize>) -> u64 {
@@ -316,5 +341,30 @@ mod tests {
         assert_eq!(pieces[0].chars().count(), 16);
         assert_eq!(pieces.concat(), text);
         assert_eq!(chunks("", 16).count(), 0);
+    }
+
+    #[test]
+    fn characters_are_counted_as_the_text_a_model_reads() {
+        let args =
+            serde_json::json!({"path": "notes/été.md", "lines": [1, 2], "note": "a \"quoted\" ✓"});
+        assert_eq!(json_chars(&args), args.to_string().chars().count());
+        let ai = Message::Ai(subflow_contracts::messages::AiMessage {
+            content: Value::String("Voilà: two files.".into()),
+            tool_calls: vec![subflow_contracts::messages::ToolCall::new(
+                "call_1",
+                "read_file",
+                args.clone(),
+            )],
+            ..Default::default()
+        });
+        assert_eq!(
+            message_chars(&ai),
+            "Voilà: two files.".chars().count() + args.to_string().chars().count()
+        );
+        let blocks = Message::Human(subflow_contracts::messages::HumanMessage {
+            content: serde_json::json!([{"type": "text", "text": "première"}, {"type": "text", "text": "second"}]),
+            ..Default::default()
+        });
+        assert_eq!(message_chars(&blocks), blocks.text().chars().count());
     }
 }
