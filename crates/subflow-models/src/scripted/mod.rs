@@ -365,6 +365,7 @@ mod tests {
             content: serde_json::json!([{"type": "text", "text": "première"}, {"type": "text", "text": "second"}]),
             ..Default::default()
         });
-        assert_eq!(message_chars(&blocks), blocks.text().chars().count());
+        // Text blocks are read joined by newlines: "première\nsecond".
+        assert_eq!(message_chars(&blocks), 15);
     }
 }
