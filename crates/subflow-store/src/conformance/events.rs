@@ -136,6 +136,21 @@ pub async fn a_retried_batch_never_duplicates(store: Arc<dyn Store>) {
         [1, 2, 3, 4, 5, 6],
         "skipped records take no seq, as on every backend"
     );
+    // A record repeated within one batch is written once, and its repeat takes no seq.
+    let fresh = trace("t1", "r1", 100);
+    let repeated = [fresh.clone(), trace("t1", "r1", 101), fresh];
+    let outcome = store.append(&repeated).await.unwrap();
+    assert_eq!((outcome.written, outcome.skipped), (2, 1));
+    let back = all_events(&*store, "t1", "r1").await;
+    let tail: Vec<(i64, Value)> = back[6..]
+        .iter()
+        .map(|e| (e.seq, e.content.clone()))
+        .collect();
+    assert_eq!(
+        tail,
+        [(7, json!("event 100")), (8, json!("event 101"))],
+        "the repeat took no seq"
+    );
 }
 
 /// Once a run's `run.end` is stored, records of that run are skipped (a process that
