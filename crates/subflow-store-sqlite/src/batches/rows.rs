@@ -74,11 +74,26 @@ pub(super) fn decode_batch(row: &Row<'_>) -> Result<BatchRecord> {
     })
 }
 
+/// Every item column, as a literal for `concat!`.
+macro_rules! item_columns {
+    () => {
+        "id, batch_id, item_key, position, status, attempt, model_name, result_preview, \
+         result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
+         acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, \
+         lease_owner, lease_expires_at, cancel_requested_at, COALESCE(result, result_preview), \
+         retries"
+    };
+}
+
 /// Every item column; [`LISTED_ITEM_COLUMNS`] reads the same without the result.
-pub(super) const ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, model_name, \
-     result_preview, result_truncated, error, stop_reason, token_usage, acceptance_criteria, \
-     acceptance_verdict, started_at, completed_at, created_at, updated_at, prompt, lease_owner, \
-     lease_expires_at, cancel_requested_at, COALESCE(result, result_preview), retries";
+pub(super) const ITEM_COLUMNS: &str = item_columns!();
+
+/// One item by id: read for each outcome of a group, so its text is built once.
+const LOAD_ITEM: &str = concat!(
+    "SELECT ",
+    item_columns!(),
+    " FROM subagent_batch_items WHERE id = ? AND batch_id = ?"
+);
 
 pub(super) const LISTED_ITEM_COLUMNS: &str = "id, batch_id, item_key, position, status, attempt, \
      model_name, result_preview, result_truncated, error, stop_reason, token_usage, \
@@ -152,9 +167,7 @@ pub(super) fn load_item(
     batch_id: &str,
     item_id: &str,
 ) -> Result<Option<BatchItem>> {
-    let sql =
-        format!("SELECT {ITEM_COLUMNS} FROM subagent_batch_items WHERE id = ? AND batch_id = ?");
-    let mut statement = conn.prepare_cached(&sql).db()?;
+    let mut statement = conn.prepare_cached(LOAD_ITEM).db()?;
     let mut rows = statement.query([item_id, batch_id]).db()?;
     rows.next().db()?.map(decode_item).transpose()
 }
@@ -187,36 +200,43 @@ fn write_batch(conn: &Connection, batch: &BatchRecord) -> Result<()> {
     Ok(())
 }
 
-fn write_item(conn: &Connection, item: &BatchItem) -> Result<()> {
-    conn.prepare_cached(
-        "UPDATE subagent_batch_items SET status = ?, attempt = ?, model_name = ?, \
-         result = ?, result_preview = ?, result_truncated = ?, error = ?, stop_reason = ?, \
-         token_usage = ?, acceptance_verdict = ?, lease_owner = ?, lease_expires_at = ?, \
-         cancel_requested_at = ?, started_at = ?, completed_at = ?, updated_at = ?, \
-         retries = ? WHERE id = ?",
-    )
-    .db()?
-    .execute(params![
-        item.status.as_str(),
-        item.attempt,
-        item.model_name,
-        item.stored_result(),
-        item.result_preview,
-        item.result_truncated,
-        item.error,
-        item.stop_reason.map(|reason| reason.as_str()),
-        item.token_usage.as_ref().map(codec::encode),
-        item.acceptance_verdict,
-        item.lease_owner,
-        item.lease_expires_at,
-        item.cancel_requested_at,
-        item.started_at,
-        item.completed_at,
-        item.updated_at,
-        item.retries,
-        item.id
-    ])
-    .db()?;
+/// Writes `items` back with one prepared statement: a claim pass or a group of outcomes
+/// writes dozens, and looking the statement up in the cache for each cost the writer
+/// a hash of its text and a move in the cache every time.
+fn write_items(conn: &Connection, items: &[BatchItem]) -> Result<()> {
+    let mut update = conn
+        .prepare_cached(
+            "UPDATE subagent_batch_items SET status = ?, attempt = ?, model_name = ?, \
+             result = ?, result_preview = ?, result_truncated = ?, error = ?, stop_reason = ?, \
+             token_usage = ?, acceptance_verdict = ?, lease_owner = ?, lease_expires_at = ?, \
+             cancel_requested_at = ?, started_at = ?, completed_at = ?, updated_at = ?, \
+             retries = ? WHERE id = ?",
+        )
+        .db()?;
+    for item in items {
+        update
+            .execute(params![
+                item.status.as_str(),
+                item.attempt,
+                item.model_name,
+                item.stored_result(),
+                item.result_preview,
+                item.result_truncated,
+                item.error,
+                item.stop_reason.map(|reason| reason.as_str()),
+                item.token_usage.as_ref().map(codec::encode),
+                item.acceptance_verdict,
+                item.lease_owner,
+                item.lease_expires_at,
+                item.cancel_requested_at,
+                item.started_at,
+                item.completed_at,
+                item.updated_at,
+                item.retries,
+                item.id
+            ])
+            .db()?;
+    }
     Ok(())
 }
 
@@ -396,9 +416,7 @@ impl BatchRows for SqliteRows<'_> {
     }
 
     async fn write_items(&mut self, items: &[BatchItem]) -> Result<()> {
-        items
-            .iter()
-            .try_for_each(|item| write_item(self.conn, item))
+        write_items(self.conn, items)
     }
 
     async fn insert_batch(&mut self, batch: &BatchRecord, items: &[BatchItem]) -> Result<bool> {
