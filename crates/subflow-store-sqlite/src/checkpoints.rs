@@ -10,7 +10,7 @@ use serde_json::Value;
 use subflow_store::delta::{ChainRow, Latest, decode_rows};
 use subflow_store::{Checkpoint, CheckpointStore, NewCheckpoint, Result, codec};
 
-use crate::{Db, SqliteStore, query_all, text};
+use crate::{Db, Route, SqliteStore, query_all, text};
 
 /// A checkpoint row without its values, which need its chain.
 struct Head {
@@ -94,8 +94,10 @@ impl CheckpointStore for SqliteStore {
             serde_json::to_string(&stored.metadata).expect("a JSON map always serialises");
         let deltas = self.inner.deltas.clone();
         let row = stored.clone();
+        // Encoding the delta is part of the write: its cost grows with the messages.
+        let messages = stored.values["messages"].as_array().map_or(0, Vec::len);
         let hashes = self
-            .write(move |conn| {
+            .write_by(Route::in_place_for(messages), move |conn| {
                 let tx: &Connection = conn;
                 if let Some((run_id, owner)) = &fence {
                     crate::streams::check_lease(tx, run_id, Some(owner))?;

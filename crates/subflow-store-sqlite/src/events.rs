@@ -220,7 +220,9 @@ impl EventStore for SqliteStore {
             return Ok(AppendOutcome::default());
         }
         let written = self
-            .write_owned(Route::InPlaceWhenIdle, rows, |conn, rows| rows.insert(conn))
+            .write_owned(Route::in_place_for(batch.len()), rows, |conn, rows| {
+                rows.insert(conn)
+            })
             .await?;
         Ok(AppendOutcome {
             written,

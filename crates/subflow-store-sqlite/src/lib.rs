@@ -8,9 +8,11 @@
 //! own, so a write that fails rolls back alone and many concurrent runs cost one commit
 //! instead of one each. A caller hears of its write only once the group committed.
 //! A write that finds the writer idle, with nothing queued for it, is committed in place
-//! on the calling thread (`block_in_place`), sparing the two thread wake-ups of a trip to
-//! the writer thread; one that finds it busy queues behind the writes already waiting, so
-//! none is overtaken. Batch writes always queue (`Route::Queued`): they group better.
+//! on the calling thread, sparing the two thread wake-ups of a trip to the writer thread;
+//! one that finds it busy queues behind the writes already waiting, so none is overtaken.
+//! A small write in place (up to 64 rows: a buffer flush, a frame, a status) keeps its
+//! worker thread for the commit; a larger one first hands the worker's tasks to another
+//! thread (`block_in_place`), which costs a wake-up and a context switch. Batch writes always queue (`Route::Queued`): they group better.
 //! The hot writes (event batches, stream frames, batch outcomes) go through
 //! `write_owned`, which hands their rows back with the answer, so their memory is freed
 //! on the thread that allocated it and the writer pays no cross-thread frees.
@@ -24,7 +26,7 @@
 //! behaviour of its own beyond the `subflow-store` traits: it must not validate,
 //! buffer, retry or decode differently from the other backends (it uses
 //! `subflow_store::{validate_batch, codec}` for that), and it must not block an
-//! async worker thread on SQLite.
+//! async worker thread on SQLite beyond a small write's commit.
 //!
 //! # Map
 //!
@@ -111,6 +113,11 @@ const STATEMENT_CACHE: usize = 64;
 /// The most writes one transaction of the writer thread commits together.
 const MAX_GROUP: usize = 64;
 
+/// Most rows a write commits on its caller's worker thread without handing the
+/// worker's tasks to another thread ([`Route::InlineWhenIdle`]): a buffer flush of 25
+/// run events, a stream frame with its events, a status update.
+const INLINE_ROWS: usize = 64;
+
 /// The SQLite store. Clones share the connections.
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -187,14 +194,32 @@ where
 /// Where a write may be committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Route {
-    /// On the calling thread when the writer is idle and nothing is queued for it, else
-    /// on the writer thread.
+    /// A small write (up to [`INLINE_ROWS`] rows): on the calling worker thread itself
+    /// when the writer is idle and nothing is queued for it, else on the writer thread.
+    /// The worker keeps its tasks for the commit's few hundred µs: handing them to
+    /// another thread first (`block_in_place`) costs a thread wake-up and a context
+    /// switch, more than such a commit blocks them.
+    InlineWhenIdle,
+    /// On the calling thread when the writer is idle and nothing is queued for it, its
+    /// worker's tasks handed to another thread meanwhile (`block_in_place`), else on the
+    /// writer thread.
     InPlaceWhenIdle,
     /// Always on the writer thread, grouped with the writes queued beside it. Batch
     /// writes go this way: the worker's claims and outcomes arrive in bursts that group
     /// well, and committed one by one in place they ran a fifth slower
     /// (`subflow bench batches`).
     Queued,
+}
+
+impl Route {
+    /// The in-place route of a write of `rows` rows (or a checkpoint of `rows` messages).
+    fn in_place_for(rows: usize) -> Route {
+        if rows <= INLINE_ROWS {
+            Route::InlineWhenIdle
+        } else {
+            Route::InPlaceWhenIdle
+        }
+    }
 }
 
 /// The writer connection and its WAL bound: one group of writes at a time, committed by
@@ -238,11 +263,17 @@ impl std::fmt::Debug for WriterConnection {
 }
 
 impl WriterConnection {
-    /// Commits `job` alone on the calling thread (`block_in_place`) when the writer is
-    /// idle and nothing is queued for it, sparing the two thread wake-ups of a trip to
-    /// the writer thread; otherwise hands `job` back for the queue, behind the writes
-    /// already there. Only on a multi-threaded runtime.
-    fn try_in_place(&self, job: Box<dyn WriteJob>) -> std::result::Result<(), Box<dyn WriteJob>> {
+    /// Commits `job` alone on the calling thread when the writer is idle and nothing is
+    /// queued for it, sparing the two thread wake-ups of a trip to the writer thread;
+    /// otherwise hands `job` back for the queue, behind the writes already there. With
+    /// `hand_off`, or while the WAL is at its bound (the commit may checkpoint), the
+    /// worker's tasks go to another thread meanwhile (`block_in_place`). Only on a
+    /// multi-threaded runtime.
+    fn try_in_place(
+        &self,
+        job: Box<dyn WriteJob>,
+        hand_off: bool,
+    ) -> std::result::Result<(), Box<dyn WriteJob>> {
         let mut writer = match self.writer.try_lock() {
             Ok(writer) => writer,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
@@ -256,7 +287,11 @@ impl WriterConnection {
         let Some(writer) = writer.as_mut() else {
             return Err(job);
         };
-        block_in_place(|| writer.commit(vec![job]));
+        if hand_off || writer.wal.at_bound() {
+            block_in_place(|| writer.commit(vec![job]));
+        } else {
+            writer.commit(vec![job]);
+        }
         Ok(())
     }
 }
@@ -593,7 +628,8 @@ impl SqliteStore {
 
     /// Runs `work` on the writer connection, inside a transaction it may share with other
     /// writes, and answers once that transaction committed: in place when the writer is
-    /// idle ([`Route::InPlaceWhenIdle`]), else on the writer thread. `work` is atomic as
+    /// idle ([`Route::InPlaceWhenIdle`]), else on the writer thread. A write of one or a
+    /// few rows goes by [`write_small`](Self::write_small). `work` is atomic as
     /// it is: an `Err` undoes exactly its changes (its savepoint in a group, or the whole
     /// transaction of a lone write), so it opens no savepoint of its own, which would copy
     /// every page it touches into an in-memory journal (deleting a 100,000-event thread
@@ -604,6 +640,16 @@ impl SqliteStore {
         T: Send + 'static,
     {
         self.write_by(Route::InPlaceWhenIdle, work).await
+    }
+
+    /// [`write`](Self::write) of a few rows (at most [`INLINE_ROWS`]):
+    /// [`Route::InlineWhenIdle`].
+    async fn write_small<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+        T: Send + 'static,
+    {
+        self.write_by(Route::InlineWhenIdle, work).await
     }
 
     /// [`write`](Self::write) by `route`.
@@ -617,8 +663,9 @@ impl SqliteStore {
         let mut job: Box<dyn WriteJob> = Box::new(Pending { work, reply });
         let dropped = || Err(backend_message("a SQLite call panicked".to_owned()));
         let threaded = Handle::current().runtime_flavor() == RuntimeFlavor::MultiThread;
-        if threaded && route == Route::InPlaceWhenIdle {
-            match self.inner.connection.try_in_place(job) {
+        if threaded && route != Route::Queued {
+            let hand_off = route == Route::InPlaceWhenIdle;
+            match self.inner.connection.try_in_place(job, hand_off) {
                 Ok(()) => return answer.await.unwrap_or_else(|_| dropped()),
                 Err(queued) => job = queued,
             }
@@ -913,6 +960,55 @@ mod tests {
         assert_eq!(stored, expected);
         store.close().await;
         assert!(store.write(|_| Ok(())).await.is_err(), "closed");
+    }
+
+    /// Whether a task spawned beside an in-place write of `route` ran while the write
+    /// held the runtime's only worker thread.
+    async fn ran_beside(store: &SqliteStore, route: Route) -> bool {
+        let ran = Arc::new(AtomicBool::new(false));
+        let beside = tokio::spawn({
+            let ran = ran.clone();
+            async move { ran.store(true, Ordering::Release) }
+        });
+        let seen = store
+            .write_by(route, move |conn| {
+                // Waits for the task for as long as it may take another thread to run it.
+                let deadline = std::time::Instant::now() + Duration::from_secs(2);
+                while !ran.load(Ordering::Acquire) && std::time::Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                conn.execute("INSERT INTO log VALUES (1)", []).db()?;
+                Ok(ran.load(Ordering::Acquire))
+            })
+            .await
+            .unwrap();
+        beside.await.unwrap();
+        seen
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn a_small_write_keeps_its_worker_and_a_larger_one_hands_its_tasks_over() {
+        assert_eq!(Route::in_place_for(INLINE_ROWS), Route::InlineWhenIdle);
+        assert_eq!(Route::in_place_for(INLINE_ROWS + 1), Route::InPlaceWhenIdle);
+        let dir = tempfile::tempdir().unwrap();
+        let store = Arc::new(store_with_table(&dir, "CREATE TABLE log (n INTEGER)").await);
+        // On the worker thread (the test's own body runs beside the runtime's workers).
+        let seen = tokio::spawn({
+            let store = store.clone();
+            async move {
+                let inline = ran_beside(&store, Route::InlineWhenIdle).await;
+                let handed_off = ran_beside(&store, Route::InPlaceWhenIdle).await;
+                (inline, handed_off)
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(
+            seen,
+            (false, true),
+            "a small write holds its worker; a larger one lets the worker's tasks run meanwhile"
+        );
+        store.close().await;
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

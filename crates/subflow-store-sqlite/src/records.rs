@@ -72,7 +72,7 @@ impl RecordStore for SqliteStore {
         let (thread_id, owner, created_at) =
             (thread.thread_id.clone(), thread.owner.clone(), now.clone());
         let inserted = self
-            .write(move |conn| {
+            .write_small(move |conn| {
                 conn.prepare_cached(
                     "INSERT INTO threads (thread_id, owner, status, metadata, created_at, \
                      updated_at) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (thread_id) DO NOTHING",
@@ -164,7 +164,7 @@ impl RecordStore for SqliteStore {
         let thread_id = thread_id.to_owned();
         let now = now_rfc3339();
         let updated = self
-            .write(move |conn| {
+            .write_small(move |conn| {
                 conn.prepare_cached(
                     "UPDATE threads SET status = ?, updated_at = ? WHERE thread_id = ?",
                 )
@@ -218,7 +218,7 @@ impl RecordStore for SqliteStore {
             now.clone(),
         );
         let inserted = self
-            .write(move |conn| {
+            .write_small(move |conn| {
                 let (
                     run_id,
                     thread_id,
@@ -301,7 +301,7 @@ impl RecordStore for SqliteStore {
         let owner = update.lease_owner.clone();
         let now = now_rfc3339();
         let updated = self
-            .write(move |conn| {
+            .write_small(move |conn| {
                 crate::streams::check_lease(conn, &run_id, owner.as_deref())?;
                 // The first terminal status wins: only an active run changes.
                 conn.prepare_cached(
@@ -328,7 +328,7 @@ impl RecordStore for SqliteStore {
         let by_model = codec::by_model_text(&usage.token_usage_by_model);
         let now = now_rfc3339();
         let updated = self
-            .write(move |conn| {
+            .write_small(move |conn| {
                 crate::streams::check_lease(conn, &run_id, owner.as_deref())?;
                 conn.prepare_cached(
                     "UPDATE runs SET total_input_tokens = ?, total_output_tokens = ?, \

@@ -149,8 +149,9 @@ impl StreamStore for SqliteStore {
     ) -> Result<AppendOutcome> {
         batch.validate()?;
         let owned = (EventRows::new(events)?, batch.clone());
+        let route = Route::in_place_for(events.len() + batch.frames.len());
         let (written, announce) = self
-            .write_owned(Route::InPlaceWhenIdle, owned, |conn, (rows, frames)| {
+            .write_owned(route, owned, |conn, (rows, frames)| {
                 let tx: &Connection = conn;
                 rows.insert(tx)?;
                 insert_frames(tx, frames)
@@ -243,7 +244,7 @@ impl StreamStore for SqliteStore {
 
     async fn acquire_run_lease(&self, run_id: &str, owner: &str, ttl: Duration) -> Result<bool> {
         let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
-        self.write(move |conn| {
+        self.write_small(move |conn| {
             let tx: &Connection = conn;
             if run_state(tx, &run_id)?.is_none() {
                 return Err(Error::RunNotFound(run_id));
@@ -268,7 +269,7 @@ impl StreamStore for SqliteStore {
         let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
         let expires = epoch_millis().saturating_add(millis(ttl));
         let renewed = self
-            .write(move |conn| {
+            .write_small(move |conn| {
                 conn.prepare_cached(
                     "UPDATE run_leases SET expires_at = ? WHERE run_id = ? AND owner = ?",
                 )
@@ -282,7 +283,7 @@ impl StreamStore for SqliteStore {
 
     async fn release_run_lease(&self, run_id: &str, owner: &str) -> Result<bool> {
         let (run_id, owner) = (run_id.to_owned(), owner.to_owned());
-        self.write(move |conn| {
+        self.write_small(move |conn| {
             let tx: &Connection = conn;
             let released = tx
                 .prepare_cached("DELETE FROM run_leases WHERE run_id = ? AND owner = ?")

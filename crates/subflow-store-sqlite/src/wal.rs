@@ -160,6 +160,12 @@ impl WalBound {
         bound
     }
 
+    /// Whether the log reached its bound at the last commit: the next commit may copy it
+    /// into the database itself.
+    pub(crate) fn at_bound(&self) -> bool {
+        self.dir.is_some() && self.log_pages >= self.pages
+    }
+
     /// After a group commit: whether it committed.
     pub(crate) fn after_group(&mut self, conn: &Connection, committed: bool) {
         if self.dir.is_none() {
