@@ -6,9 +6,10 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use clap::ValueEnum;
-use serde_json::{Value, json};
+use serde_json::json;
 use subflow_contracts::NewEvent;
-use subflow_contracts::task_events::map_task_event;
+use subflow_contracts::messages::Message;
+use subflow_contracts::task_events::TaskEvent;
 use subflow_store::buffer::{
     BufferKind, BufferPolicy, EventBuffer, EventScope, RetryPolicy, RetryQueue, StoreCounters,
 };
@@ -123,18 +124,27 @@ pub async fn run(args: StoreArgs) -> anyhow::Result<()> {
 /// Rounds of ingest and ceiling, each printed; the last line has their medians.
 const ROUNDS: usize = 3;
 
-/// The live task event of one step: ~300 bytes of content once mapped.
-fn step_chunk(task: &str, index: usize) -> Value {
-    json!({
-        "type": "task_running", "task_id": task, "message_index": index, "total_messages": index,
-        "message": {
-            "type": "ai", "id": format!("msg-{task}-{index}"),
-            "content": format!("Step {index:05}: read the design notes, compared the three storage options and wrote the findings to notes/{task}.md for the summary."),
-            "tool_calls": [{"id": format!("tc-{index}"), "name": "write_file", "args": {"path": format!("notes/{task}.md")}, "type": "tool_call"}]
-        },
-        "usage": {"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280},
-        "model_name": "scripted-1"
-    })
+/// The live task event of one step, as a subagent's emitter holds it: ~300 bytes of
+/// content once mapped to its record.
+fn step_event(task: &str, index: usize) -> TaskEvent {
+    let message = json!({
+        "type": "ai", "id": format!("msg-{task}-{index}"),
+        "content": format!("Step {index:05}: read the design notes, compared the three storage options and wrote the findings to notes/{task}.md for the summary."),
+        "tool_calls": [{"id": format!("tc-{index}"), "name": "write_file", "args": {"path": format!("notes/{task}.md")}, "type": "tool_call"}]
+    });
+    let message: Message = serde_json::from_value(message).expect("the bench step is a message");
+    let usage = serde_json::from_value(
+        json!({"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280}),
+    )
+    .expect("the bench usage is token usage");
+    TaskEvent::Running {
+        task_id: task.to_owned(),
+        message: Box::new(message),
+        message_index: index as u64,
+        total_messages: index as u64,
+        usage: Some(usage),
+        model_name: "scripted-1".to_owned(),
+    }
 }
 
 fn task_ids(run: usize) -> [String; TASKS_PER_RUN] {
@@ -146,15 +156,16 @@ fn task_ids(run: usize) -> [String; TASKS_PER_RUN] {
 const SLICE: usize = 2_000;
 
 /// The live task events of one slice of a run: steps `first..first + SLICE / 2` of both tasks.
-fn slice_chunks(run: usize, first: usize) -> Vec<Value> {
+fn slice_events(run: usize, first: usize) -> Vec<TaskEvent> {
     let tasks = task_ids(run);
     (first..first + SLICE / TASKS_PER_RUN)
-        .flat_map(|index| tasks.iter().map(move |task| step_chunk(task, index)))
+        .flat_map(|index| tasks.iter().map(move |task| step_event(task, index)))
         .collect()
 }
 
-/// The real path, timed from the live chunk to the committed row: mapping, the per-run
-/// buffer (batches of 25) and the store. Each slice is timed until its buffer has
+/// The real path, timed from the live task event to the committed row, as a subagent's
+/// emitter records it: mapping to its record, the per-run buffer (batches of 25) and
+/// the store. Each slice is timed until its buffer has
 /// closed, that is until every record of it is written.
 async fn ingest(
     store: &Arc<dyn Store>,
@@ -173,7 +184,7 @@ async fn ingest(
     let mut timed = Duration::ZERO;
     for run in 0..runs {
         for first in (1..=STEPS_PER_TASK).step_by(SLICE / TASKS_PER_RUN) {
-            let chunks = slice_chunks(run, first);
+            let events = slice_events(run, first);
             let started = Instant::now();
             let scope = EventScope {
                 thread_id: thread.into(),
@@ -188,10 +199,8 @@ async fn ingest(
                 retry.clone(),
                 counters.clone(),
             );
-            for chunk in &chunks {
-                let mapped = map_task_event(chunk)
-                    .map_err(|reason| anyhow::anyhow!("bench chunk rejected: {reason}"))?;
-                buffer.record_mapped(mapped)?;
+            for event in &events {
+                buffer.record_mapped(event.record())?;
             }
             buffer.close().await;
             timed += started.elapsed();
@@ -217,12 +226,9 @@ async fn ceiling(backend: &Backend, thread: &str, runs: usize) -> anyhow::Result
     let mut timed = Duration::ZERO;
     for run in 0..runs {
         for first in (1..=STEPS_PER_TASK).step_by(SLICE / TASKS_PER_RUN) {
-            let rows: Vec<NewEvent> = slice_chunks(run, first)
+            let rows: Vec<NewEvent> = slice_events(run, first)
                 .iter()
-                .map(|chunk| {
-                    let mapped = map_task_event(chunk).expect("bench chunks are valid");
-                    mapped.into_event(thread, &format!("run-{run}"))
-                })
+                .map(|event| event.record().into_event(thread, &format!("run-{run}")))
                 .collect();
             let started = Instant::now();
             match backend {
