@@ -10,6 +10,7 @@ use serde_json::json;
 use subflow_contracts::NewEvent;
 use subflow_contracts::messages::Message;
 use subflow_contracts::task_events::TaskEvent;
+use subflow_contracts::task_result::TokenUsage;
 use subflow_store::buffer::{
     BufferKind, BufferPolicy, EventBuffer, EventScope, RetryPolicy, RetryQueue, StoreCounters,
 };
@@ -133,10 +134,12 @@ fn step_event(task: &str, index: usize) -> TaskEvent {
         "tool_calls": [{"id": format!("tc-{index}"), "name": "write_file", "args": {"path": format!("notes/{task}.md")}, "type": "tool_call"}]
     });
     let message: Message = serde_json::from_value(message).expect("the bench step is a message");
-    let usage = serde_json::from_value(
-        json!({"input_tokens": 1200, "output_tokens": 80, "total_tokens": 1280}),
-    )
-    .expect("the bench usage is token usage");
+    let usage = TokenUsage {
+        input_tokens: 1200,
+        output_tokens: 80,
+        total_tokens: 1280,
+        ..TokenUsage::default()
+    };
     TaskEvent::Running {
         task_id: task.to_owned(),
         message: Box::new(message),
@@ -165,8 +168,8 @@ fn slice_events(run: usize, first: usize) -> Vec<TaskEvent> {
 
 /// The real path, timed from the live task event to the committed row, as a subagent's
 /// emitter records it: mapping to its record, the per-run buffer (batches of 25) and
-/// the store. Each slice is timed until its buffer has
-/// closed, that is until every record of it is written.
+/// the store. Each slice is timed until its buffer has closed, that is until every
+/// record of it is written.
 async fn ingest(
     store: &Arc<dyn Store>,
     dir: &std::path::Path,
