@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::ValueEnum;
 use serde_json::json;
 use subflow_contracts::NewEvent;
-use subflow_contracts::messages::Message;
+use subflow_contracts::messages::{AiMessage, Message, ToolCall};
 use subflow_contracts::task_events::TaskEvent;
 use subflow_contracts::task_result::TokenUsage;
 use subflow_store::buffer::{
@@ -128,12 +128,19 @@ const ROUNDS: usize = 3;
 /// The live task event of one step, as a subagent's emitter holds it: ~300 bytes of
 /// content once mapped to its record.
 fn step_event(task: &str, index: usize) -> TaskEvent {
-    let message = json!({
-        "type": "ai", "id": format!("msg-{task}-{index}"),
-        "content": format!("Step {index:05}: read the design notes, compared the three storage options and wrote the findings to notes/{task}.md for the summary."),
-        "tool_calls": [{"id": format!("tc-{index}"), "name": "write_file", "args": {"path": format!("notes/{task}.md")}, "type": "tool_call"}]
+    let message = Message::Ai(AiMessage {
+        content: json!(format!(
+            "Step {index:05}: read the design notes, compared the three storage options and wrote the findings to notes/{task}.md for the summary."
+        )),
+        id: Some(format!("msg-{task}-{index}")),
+        tool_calls: vec![ToolCall {
+            id: format!("tc-{index}"),
+            name: "write_file".to_owned(),
+            args: json!({"path": format!("notes/{task}.md")}),
+            kind: "tool_call".to_owned(),
+        }],
+        ..AiMessage::default()
     });
-    let message: Message = serde_json::from_value(message).expect("the bench step is a message");
     let usage = TokenUsage {
         input_tokens: 1200,
         output_tokens: 80,
@@ -273,4 +280,21 @@ async fn page(store: &Arc<dyn Store>, thread: &str) -> anyhow::Result<Duration> 
     }
     times.sort();
     Ok(times[times.len() / 2])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bench_step_is_a_subagent_step_record_of_its_task_of_about_300_bytes() {
+        let row = step_event("call_0000a", 7)
+            .record()
+            .into_event("bench-thread", "run-0");
+        assert_eq!(row.event_type, "subagent.step");
+        assert_eq!(row.task_id(), Some("call_0000a"));
+        let bytes = row.content.get().len();
+        assert!((250..=450).contains(&bytes), "{bytes} bytes of content");
+        assert!(row.content.get().contains("notes/call_0000a.md"));
+    }
 }
