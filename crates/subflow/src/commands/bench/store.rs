@@ -133,12 +133,11 @@ fn step_event(task: &str, index: usize) -> TaskEvent {
             "Step {index:05}: read the design notes, compared the three storage options and wrote the findings to notes/{task}.md for the summary."
         )),
         id: Some(format!("msg-{task}-{index}")),
-        tool_calls: vec![ToolCall {
-            id: format!("tc-{index}"),
-            name: "write_file".to_owned(),
-            args: json!({"path": format!("notes/{task}.md")}),
-            kind: "tool_call".to_owned(),
-        }],
+        tool_calls: vec![ToolCall::new(
+            format!("tc-{index}"),
+            "write_file",
+            json!({"path": format!("notes/{task}.md")}),
+        )],
         ..AiMessage::default()
     });
     let usage = TokenUsage {
