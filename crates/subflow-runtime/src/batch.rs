@@ -222,6 +222,9 @@ pub enum SubmitError {
     /// The arguments break a rule of `batch_task`.
     #[error("{0}")]
     Invalid(String),
+    /// The submission key already made a batch in another thread.
+    #[error("{0}")]
+    Conflict(String),
     /// The store did not take a valid batch.
     #[error("{0}")]
     Store(String),
@@ -341,6 +344,7 @@ pub async fn submit_batch(
             trace_id: by.trace_id.clone(),
         },
     );
+    let thread_id = by.thread_id.clone();
     let batch = NewBatch {
         thread_id: by.thread_id,
         user_id: by.user_id,
@@ -359,6 +363,13 @@ pub async fn submit_batch(
         Ok(submitted) => {
             if submitted.created {
                 tracing::info!(batch_id = %submitted.batch.id, items = submitted.batch.total_items, "batch submitted");
+            } else if submitted.batch.thread_id != thread_id {
+                // The key is the user's; answering another thread's batch would name
+                // a batch this thread's routes do not have.
+                return Err(SubmitError::Conflict(format!(
+                    "submission_key '{}' was already used for a batch in another thread",
+                    submitted.batch.submission_key
+                )));
             }
             Ok(Submitted {
                 batch: submitted.batch,

@@ -378,7 +378,8 @@ pub async fn list_all(
 
 /// `POST ""`: a batch of the caller's, submitted without a lead. The body is the
 /// `batch_task` tool's arguments with a `submission_key`, validated in the tool's order
-/// and with its texts; a key already used returns the batch it created (200, not 201).
+/// and with its texts; a key already used in this thread returns the batch it created
+/// (200, not 201), one used in another thread is 409.
 /// A thread the caller does not have yet is created, as a run creates it.
 #[utoipa::path(post, path = "/api/threads/{thread_id}/subagent-batches", tag = "batches", params(ThreadPath),
     request_body(content = BatchSubmission, description = "The items and limits of the batch"),
@@ -386,6 +387,7 @@ pub async fn list_all(
         (status = 201, description = "The batch, created", body = Batch),
         (status = 200, description = "The batch an earlier submission with the same key created", body = Batch),
         (status = 404, description = "Another user's thread", body = ErrorBody),
+        (status = 409, description = "The submission_key already made a batch in another thread", body = ErrorBody),
         (status = 422, description = "Invalid body, or a batch the batch_task rules refuse (the detail is the tool's text)", body = ErrorBody),
         (status = 503, description = "Durable batches are unavailable, or the batch store is not available", body = ErrorBody),
     ),
@@ -423,6 +425,7 @@ pub async fn submit(
         .await
         .map_err(|error| match error {
             subflow_runtime::batch::SubmitError::Invalid(text) => ApiError::Unprocessable(text),
+            subflow_runtime::batch::SubmitError::Conflict(text) => ApiError::Conflict(text),
             subflow_runtime::batch::SubmitError::Store(text) => ApiError::Unavailable(text),
         })?;
     let status = if submitted.created {

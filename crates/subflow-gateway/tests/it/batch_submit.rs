@@ -1,6 +1,7 @@
 //! Submitting a batch without a lead: `POST /api/threads/{thread_id}/subagent-batches`
 //! with the `batch_task` arguments and a `submission_key`: created once, returned again
-//! for the same key, its items as sent, and every `batch_task` refusal with its text.
+//! for the same key in the same thread (409 in another), its items as sent, and every
+//! `batch_task` refusal with its text.
 
 use serde_json::{Value, json};
 
@@ -69,6 +70,17 @@ async fn a_batch_is_submitted_once_per_key_with_the_items_sent() {
     // The thread was created for the caller.
     let (status, _, _) = app.get_json("/api/threads/submitted").await;
     assert_eq!(status, 200);
+    // The key in another thread names a batch that thread does not have: 409, nothing stored.
+    let (status, error) = submit(&app, "elsewhere", &body).await;
+    assert_eq!(status, 409, "{error}");
+    assert_eq!(
+        error["detail"],
+        "submission_key 'import-2026-12-03' was already used for a batch in another thread"
+    );
+    let (_, _, listed) = app
+        .get_json("/api/threads/elsewhere/subagent-batches")
+        .await;
+    assert_eq!(listed, json!([]));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
