@@ -232,6 +232,43 @@ fn bench_runtime_and_bench_batches_run_to_their_result_line() {
     assert!(bench_field(&line, "store_writes_per_item") <= 1.0, "{line}");
 }
 
+#[test]
+fn bench_gateway_times_a_single_stream_once_and_refuses_empty_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let output = subflow(&["bench", "gateway", "--requests", "0"], dir.path());
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("--requests, --streams and --steps must be at least 1"),
+        "{}",
+        stderr(&output)
+    );
+    // `--streams 1` is the single stream alone: one SSE line, no second measurement.
+    let output = subflow(
+        &[
+            "bench",
+            "gateway",
+            "--streams",
+            "1",
+            "--requests",
+            "2",
+            "--steps",
+            "2",
+            "--step-delay-ms",
+            "0",
+        ],
+        dir.path(),
+    );
+    assert!(output.status.success(), "{}", stderr(&output));
+    let text = String::from_utf8(output.stdout).unwrap();
+    let sse: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("sse_streams="))
+        .collect();
+    assert_eq!(sse.len(), 1, "{text}");
+    assert_eq!(bench_field(sse[0], "sse_streams"), 1.0, "{text}");
+    assert!(bench_field(sse[0], "p99_ratio") > 0.0, "{text}");
+}
+
 /// Starts `subflow serve` on a free port; returns the child and its address once it listens.
 pub fn start_serve(
     dir: &std::path::Path,

@@ -14,6 +14,7 @@ use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{EventQuery, ModelUsage, NewRun, NewThread, RunStatusUpdate, RunUsage, Store};
 use subflow_store_sqlite::SqliteStore;
 
+use super::super::UsageError;
 use super::{median, sse};
 
 /// Arguments of `subflow bench gateway`.
@@ -44,6 +45,17 @@ fn p50(mut samples: Vec<Duration>) -> f64 {
 
 /// Runs `subflow bench gateway`.
 pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
+    if args.requests == 0 || args.streams == 0 || args.steps == 0 {
+        return Err(
+            UsageError("--requests, --streams and --steps must be at least 1".into()).into(),
+        );
+    }
+    // The single stream is always measured; `--streams 1` adds no second measurement.
+    let stream_counts: Vec<usize> = if args.streams == 1 {
+        vec![1]
+    } else {
+        vec![1, args.streams]
+    };
     let dir = tempfile::tempdir().context("creating a temporary directory")?;
     let url = format!("sqlite://{}", dir.path().join("bench.db").display());
     let store: Arc<dyn Store> = Arc::new(SqliteStore::open(&url, 4).await?);
@@ -80,7 +92,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         // Each round's runs on databases of their own.
         let round_dir = dir.path().join(format!("round-{round}"));
         std::fs::create_dir_all(&round_dir).context("creating a round's directory")?;
-        for streams in [1, args.streams] {
+        for &streams in &stream_counts {
             let (over_sse, channel) =
                 sse::measure(&round_dir, streams, args.steps, args.step_delay_ms).await?;
             sse.push((streams, over_sse, channel));
@@ -115,7 +127,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         "usage_all_day_p50_ms={by_day:.3} usage_all_model_p50_ms={by_model:.3} usage_all_day_over_thread={:.2}",
         by_day / usage_http
     );
-    for (index, streams) in [1, args.streams].into_iter().enumerate() {
+    for (index, &streams) in stream_counts.iter().enumerate() {
         let sse = |pick: fn(&sse::Latency) -> f64| of(&|r| pick(&r.2[index].1));
         let channel = |pick: fn(&sse::Latency) -> f64| of(&|r| pick(&r.2[index].2));
         let (p50, p99) = (sse(|l| l.p50_ms), sse(|l| l.p99_ms));
