@@ -495,6 +495,7 @@ pub async fn find(
 #[into_params(parameter_in = Query)]
 pub struct ItemParams {
     /// Items to skip, default 0.
+    #[param(value_type = Option<i64>, minimum = 0, maximum = 4294967295_i64)]
     #[serde(default, deserialize_with = "crate::extract::value")]
     offset: Option<u32>,
     /// Page size, default 100.

@@ -578,6 +578,94 @@ fn wrong_value(document: &Value, schema: &Value) -> Option<&'static str> {
     }
 }
 
+/// The largest value an integer query parameter's schema allows: its `maximum`, else the
+/// bound of its `format`; `None` when it is not an integer or has no bound below i64's.
+fn documented_maximum(schema: &Value) -> Option<i64> {
+    let types: Vec<&str> = match &schema["type"] {
+        Value::String(one) => vec![one.as_str()],
+        Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    };
+    if !types.contains(&"integer") {
+        return None;
+    }
+    schema["maximum"]
+        .as_i64()
+        .or(match schema["format"].as_str() {
+            Some("int32") => Some(i64::from(i32::MAX)),
+            Some("uint32") => Some(i64::from(u32::MAX)),
+            _ => None,
+        })
+}
+
+/// Every bounded integer query parameter takes the document's largest value and refuses
+/// the next one (422 naming it), so a client and the server agree on the range.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_bounded_integer_query_parameter_takes_exactly_its_documented_range() {
+    let app = spawn_app().await;
+    let (_, _, document) = app.get_json("/api/openapi.json").await;
+    // Real ids: some bounds are checked only once the resource is found.
+    let streamed = app
+        .stream_run(
+            "t-range",
+            json!({"input": {"messages": [{"role": "user", "content": "hello"}]}}),
+        )
+        .await;
+    assert_eq!(streamed.status, 200);
+    let (_, _, runs) = app.get_json("/api/threads/t-range/runs").await;
+    let run = runs[0]["run_id"].as_str().unwrap().to_owned();
+    let (batch, items) = app.submit_batch("t-range", "default", 1).await;
+    let mut checked = Vec::new();
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let parameters = operation["parameters"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            for parameter in parameters.iter().filter(|p| p["in"] == "query") {
+                let name = parameter["name"].as_str().unwrap();
+                let Some(maximum) = documented_maximum(&parameter["schema"]) else {
+                    continue;
+                };
+                let concrete = path
+                    .replace("{thread_id}", "t-range")
+                    .replace("{run_id}", &run)
+                    .replace("{batch_id}", &batch)
+                    .replace("{item_id}", &items[0]);
+                for (value, refused) in [(maximum, false), (maximum + 1, true)] {
+                    let url = app.url(&format!("{concrete}?{name}={value}"));
+                    let response = app
+                        .client
+                        .request(method.to_uppercase().parse().unwrap(), url)
+                        .send()
+                        .await
+                        .unwrap();
+                    let status = response.status().as_u16();
+                    let body: Value = response.json().await.unwrap_or(Value::Null);
+                    let named = body["detail"].as_str().unwrap_or_default().contains(name);
+                    assert_eq!(
+                        status == 422 && named,
+                        refused,
+                        "{method} {path}?{name}={value}: {status} {body}"
+                    );
+                }
+                checked.push(format!("{method} {path} {name}"));
+            }
+        }
+    }
+    for bounded in [
+        "/items offset",
+        "/items limit",
+        "/api/runs offset",
+        "/events limit",
+    ] {
+        assert!(
+            checked.iter().any(|c| c.ends_with(bounded)),
+            "{bounded}: {checked:#?}"
+        );
+    }
+}
+
 /// Every query parameter of the document that is a number, a boolean or an enum, on
 /// every route: an empty value and a wrong-typed one are both 422 naming the parameter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
