@@ -2,7 +2,7 @@
 
 use serde_json::{Value, json};
 
-use crate::spawn_app;
+use crate::{TestApp, spawn_app};
 
 fn trace_ids(headers: &reqwest::header::HeaderMap) -> Vec<String> {
     headers
@@ -544,6 +544,15 @@ async fn a_run_asking_for_an_unknown_model_is_a_422_that_names_the_configured_on
     assert_eq!(response.status(), 200);
 }
 
+/// The JSON types a schema names.
+fn schema_types(schema: &Value) -> Vec<&str> {
+    match &schema["type"] {
+        Value::String(one) => vec![one.as_str()],
+        Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
+        _ => Vec::new(),
+    }
+}
+
 /// A value of the wrong type for a typed parameter's schema (a `$ref`, or a nullable
 /// `oneOf`, followed); `None` for free text.
 fn wrong_value(document: &Value, schema: &Value) -> Option<&'static str> {
@@ -564,11 +573,7 @@ fn wrong_value(document: &Value, schema: &Value) -> Option<&'static str> {
     if schema.get("enum").is_some() || schema["items"].get("enum").is_some() {
         return Some("no-such-value");
     }
-    let types: Vec<&str> = match &schema["type"] {
-        Value::String(one) => vec![one.as_str()],
-        Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
-        _ => Vec::new(),
-    };
+    let types = schema_types(schema);
     if types.contains(&"integer") {
         Some("1.5x")
     } else if types.contains(&"boolean") {
@@ -581,12 +586,7 @@ fn wrong_value(document: &Value, schema: &Value) -> Option<&'static str> {
 /// The largest value an integer query parameter's schema allows: its `maximum`, else the
 /// bound of its `format`; `None` when it is not an integer or has no bound below i64's.
 fn documented_maximum(schema: &Value) -> Option<i64> {
-    let types: Vec<&str> = match &schema["type"] {
-        Value::String(one) => vec![one.as_str()],
-        Value::Array(many) => many.iter().filter_map(Value::as_str).collect(),
-        _ => Vec::new(),
-    };
-    if !types.contains(&"integer") {
+    if !schema_types(schema).contains(&"integer") {
         return None;
     }
     schema["maximum"]
@@ -596,6 +596,64 @@ fn documented_maximum(schema: &Value) -> Option<i64> {
             Some("uint32") => Some(i64::from(u32::MAX)),
             _ => None,
         })
+}
+
+/// A query parameter of the document: its operation's method and path, its name and
+/// its schema.
+struct QueryParameter {
+    method: String,
+    path: String,
+    name: String,
+    schema: Value,
+}
+
+/// Every query parameter of every operation of the document.
+fn query_parameters(document: &Value) -> Vec<QueryParameter> {
+    let mut found = Vec::new();
+    for (path, operations) in document["paths"].as_object().unwrap() {
+        for (method, operation) in operations.as_object().unwrap() {
+            let parameters = operation["parameters"].as_array().into_iter().flatten();
+            for parameter in parameters.filter(|p| p["in"] == "query") {
+                found.push(QueryParameter {
+                    method: method.clone(),
+                    path: path.clone(),
+                    name: parameter["name"].as_str().unwrap().to_owned(),
+                    schema: parameter["schema"].clone(),
+                });
+            }
+        }
+    }
+    found
+}
+
+impl QueryParameter {
+    /// Sends the operation with `ids` in its path and this parameter set to `value`:
+    /// the status, and whether the answer is a 422 whose detail names the parameter.
+    async fn send(&self, app: &TestApp, ids: [&str; 4], value: &str) -> (u16, bool, Value) {
+        let path = self
+            .path
+            .replace("{thread_id}", ids[0])
+            .replace("{run_id}", ids[1])
+            .replace("{batch_id}", ids[2])
+            .replace("{item_id}", ids[3]);
+        let url = app.url(&format!("{path}?{}={value}", self.name));
+        let response = app
+            .client
+            .request(self.method.to_uppercase().parse().unwrap(), url)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let named = body["detail"]
+            .as_str()
+            .is_some_and(|detail| detail.contains(&self.name));
+        (status, status == 422 && named, body)
+    }
+
+    fn label(&self) -> String {
+        format!("{} {} {}", self.method, self.path, self.name)
+    }
 }
 
 /// Every bounded integer query parameter takes the document's largest value and refuses
@@ -615,43 +673,22 @@ async fn every_bounded_integer_query_parameter_takes_exactly_its_documented_rang
     let (_, _, runs) = app.get_json("/api/threads/t-range/runs").await;
     let run = runs[0]["run_id"].as_str().unwrap().to_owned();
     let (batch, items) = app.submit_batch("t-range", "default", 1).await;
+    let ids = ["t-range", run.as_str(), batch.as_str(), items[0].as_str()];
     let mut checked = Vec::new();
-    for (path, operations) in document["paths"].as_object().unwrap() {
-        for (method, operation) in operations.as_object().unwrap() {
-            let parameters = operation["parameters"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            for parameter in parameters.iter().filter(|p| p["in"] == "query") {
-                let name = parameter["name"].as_str().unwrap();
-                let Some(maximum) = documented_maximum(&parameter["schema"]) else {
-                    continue;
-                };
-                let concrete = path
-                    .replace("{thread_id}", "t-range")
-                    .replace("{run_id}", &run)
-                    .replace("{batch_id}", &batch)
-                    .replace("{item_id}", &items[0]);
-                for (value, refused) in [(maximum, false), (maximum + 1, true)] {
-                    let url = app.url(&format!("{concrete}?{name}={value}"));
-                    let response = app
-                        .client
-                        .request(method.to_uppercase().parse().unwrap(), url)
-                        .send()
-                        .await
-                        .unwrap();
-                    let status = response.status().as_u16();
-                    let body: Value = response.json().await.unwrap_or(Value::Null);
-                    let named = body["detail"].as_str().unwrap_or_default().contains(name);
-                    assert_eq!(
-                        status == 422 && named,
-                        refused,
-                        "{method} {path}?{name}={value}: {status} {body}"
-                    );
-                }
-                checked.push(format!("{method} {path} {name}"));
-            }
+    for parameter in query_parameters(&document) {
+        let Some(maximum) = documented_maximum(&parameter.schema) else {
+            continue;
+        };
+        for (value, refused) in [(maximum, false), (maximum + 1, true)] {
+            let (status, named, body) = parameter.send(&app, ids, &value.to_string()).await;
+            assert_eq!(
+                named,
+                refused,
+                "{}={value}: {status} {body}",
+                parameter.label()
+            );
         }
+        checked.push(parameter.label());
     }
     for bounded in [
         "/items offset",
@@ -673,43 +710,22 @@ async fn every_typed_query_parameter_refuses_empty_and_wrong_values_by_name() {
     let app = spawn_app().await;
     let (status, _, document) = app.get_json("/api/openapi.json").await;
     assert_eq!(status, 200);
+    let ids = [
+        "t-query",
+        "r-query",
+        "subagent-batch-query",
+        "batch-item-query",
+    ];
     let mut checked = Vec::new();
-    for (path, operations) in document["paths"].as_object().unwrap() {
-        for (method, operation) in operations.as_object().unwrap() {
-            let parameters = operation["parameters"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            for parameter in parameters.iter().filter(|p| p["in"] == "query") {
-                let name = parameter["name"].as_str().unwrap();
-                let Some(wrong) = wrong_value(&document, &parameter["schema"]) else {
-                    continue;
-                };
-                let concrete = path
-                    .replace("{thread_id}", "t-query")
-                    .replace("{run_id}", "r-query")
-                    .replace("{batch_id}", "subagent-batch-query")
-                    .replace("{item_id}", "batch-item-query");
-                for value in ["", wrong] {
-                    let url = app.url(&format!("{concrete}?{name}={value}"));
-                    let response = app
-                        .client
-                        .request(method.to_uppercase().parse().unwrap(), url)
-                        .send()
-                        .await
-                        .unwrap();
-                    let status = response.status().as_u16();
-                    let body: Value = response.json().await.unwrap();
-                    let detail = body["detail"].as_str().unwrap_or_default();
-                    assert_eq!(status, 422, "{method} {path}?{name}={value}: {body}");
-                    assert!(
-                        detail.contains(name),
-                        "{method} {path}?{name}={value}: {detail}"
-                    );
-                }
-                checked.push(format!("{method} {path} {name}"));
-            }
+    for parameter in query_parameters(&document) {
+        let Some(wrong) = wrong_value(&document, &parameter.schema) else {
+            continue;
+        };
+        for value in ["", wrong] {
+            let (status, named, body) = parameter.send(&app, ids, value).await;
+            assert!(named, "{}={value}: {status} {body}", parameter.label());
         }
+        checked.push(parameter.label());
     }
     // The document's typed parameters: limits, offsets, cursors, statuses, flags.
     assert!(checked.len() >= 12, "{checked:#?}");
