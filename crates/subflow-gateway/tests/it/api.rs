@@ -591,11 +591,7 @@ fn documented_maximum(schema: &Value) -> Option<i64> {
     }
     schema["maximum"]
         .as_i64()
-        .or(match schema["format"].as_str() {
-            Some("int32") => Some(i64::from(i32::MAX)),
-            Some("uint32") => Some(i64::from(u32::MAX)),
-            _ => None,
-        })
+        .or((schema["format"] == "int32").then_some(i64::from(i32::MAX)))
 }
 
 /// A query parameter of the document: its operation's method and path, its name and
