@@ -218,7 +218,8 @@ impl Runtime {
         // `run.start` is stored before any other event of the run; if that write fails it
         // leads the journal's buffer, ahead of every later journal record. The status
         // writes, `run.start` and the checkpoint read do not depend on one another and go
-        // to the store together (one commit where the backend groups writes).
+        // to the store together: at once on PostgreSQL's pool, and in one commit on SQLite
+        // when they queue behind a busy writer (an idle one commits each in place).
         let start = run.journal.run_start();
         let (marked, _, start_written, latest) = tokio::join!(
             self.store.update_run_status(&run.run_id, &running),
