@@ -34,8 +34,9 @@ pub struct RuntimeArgs {
     /// Tool steps each subagent takes before its answer (even, at least 2).
     #[arg(long, default_value_t = 50)]
     steps: usize,
-    /// Runs of each kind; the medians are reported.
-    #[arg(long, default_value_t = 5)]
+    /// Runs of each kind, interleaved; the medians are reported. A run takes a few
+    /// milliseconds, so fewer leave the ratio to the host's noise.
+    #[arg(long, default_value_t = 15)]
     repeat: usize,
 }
 
