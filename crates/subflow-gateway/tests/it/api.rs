@@ -592,6 +592,7 @@ fn documented_maximum(schema: &Value) -> Option<i64> {
     schema["maximum"]
         .as_i64()
         .or((schema["format"] == "int32").then_some(i64::from(i32::MAX)))
+        .filter(|maximum| *maximum < i64::MAX)
 }
 
 /// A query parameter of the document: its operation's method and path, its name and
