@@ -9,14 +9,15 @@ use subflow_store::{
 };
 use uuid::Uuid;
 
-use crate::{PostgresStore, get};
+use crate::PostgresStore;
 
 /// Rows per `INSERT` statement: keeps each statement's arrays and WAL record bounded.
 const INSERT_CHUNK: usize = 1000;
 
-/// The `SELECT` of the envelope columns that [`event_from_row`] reads, as a literal so
-/// statements built on it stay `&'static str`. `event_id` travels as text so the crate
-/// does not need sqlx's `uuid` feature, which would rebuild sqlx for the whole workspace.
+/// The `SELECT` of the envelope columns that [`event_columns`] reads by their places,
+/// as a literal so statements built on it stay `&'static str`. `event_id` travels as
+/// text so the crate does not need sqlx's `uuid` feature, which would rebuild sqlx for
+/// the whole workspace.
 macro_rules! select_events {
     () => {
         "SELECT event_id::text AS event_id, thread_id, run_id, seq, event_type, category, \
@@ -230,24 +231,27 @@ impl PostgresStore {
     }
 }
 
-/// The columns of a [`select_events!`] row.
+/// The columns of a [`select_events!`] row, read by their place in it and decoded as
+/// the types that statement gives them, without looking each value's column up by name
+/// or checking its type again (`subflow bench store --backend postgres`).
 fn event_columns(row: &PgRow) -> Result<codec::EventColumns<'_>> {
-    let column = |name: &'static str| -> Result<&str> {
-        row.try_get::<&str, _>(name).map_err(Error::backend)
+    let column = |index: usize| -> Result<&str> {
+        row.try_get_unchecked::<&str, _>(index)
+            .map_err(Error::backend)
     };
     Ok(codec::EventColumns {
-        thread_id: column("thread_id")?,
-        run_id: column("run_id")?,
-        seq: get(row, "seq")?,
-        event_type: column("event_type")?,
-        category: column("category")?,
-        content: column("content")?,
-        metadata: column("metadata")?,
-        created_at: column("created_at")?,
+        event_id: parse_event_id(column(0)?)?,
+        thread_id: column(1)?,
+        run_id: column(2)?,
+        seq: row.try_get_unchecked(3).map_err(Error::backend)?,
+        event_type: column(4)?,
+        category: column(5)?,
+        content: column(6)?,
+        metadata: column(7)?,
+        created_at: column(8)?,
         user_id: row
-            .try_get::<Option<&str>, _>("user_id")
+            .try_get_unchecked::<Option<&str>, _>(9)
             .map_err(Error::backend)?,
-        event_id: parse_event_id(column("event_id")?)?,
     })
 }
 
