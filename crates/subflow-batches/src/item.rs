@@ -17,6 +17,10 @@ pub fn item_prompt(item_key: &str, prompt: &str) -> String {
 
 /// The first `max` characters of `text`, and whether anything was cut.
 fn prefix(text: &str, max: usize) -> (&str, bool) {
+    // No more bytes than `max` is no more characters either: nothing to count.
+    if text.len() <= max {
+        return (text, false);
+    }
     match text.char_indices().nth(max) {
         Some((end, _)) => (&text[..end], true),
         None => (text, false),
@@ -96,6 +100,10 @@ mod tests {
         let exact = StoredResult::cap(&"x".repeat(1000), 1000, 2000);
         assert!(!exact.truncated);
         assert_eq!(exact.preview.len(), 1000);
+        // More bytes than the cap but fewer characters: kept whole.
+        let wide = StoredResult::cap(&"é".repeat(600), 1000, 64);
+        assert!(!wide.truncated);
+        assert_eq!(wide.result.chars().count(), 600);
     }
 
     #[test]

@@ -38,6 +38,29 @@ struct Stored {
     batch: BatchRecord,
     /// In position order.
     items: Vec<BatchItem>,
+    /// Item id → its index in `items` (items are only ever added with their batch).
+    by_id: HashMap<String, usize>,
+}
+
+impl Stored {
+    fn new(batch: BatchRecord, items: Vec<BatchItem>) -> Self {
+        let by_id = items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| (item.id.clone(), index))
+            .collect();
+        Stored {
+            batch,
+            items,
+            by_id,
+        }
+    }
+
+    /// The item `item_id` names, and the batch it belongs to.
+    fn item_mut(&mut self, item_id: &str) -> Option<(&mut BatchRecord, &mut BatchItem)> {
+        let index = *self.by_id.get(item_id)?;
+        Some((&mut self.batch, &mut self.items[index]))
+    }
 }
 
 impl MemoryBatches {
@@ -69,8 +92,7 @@ impl Tables {
             .batches
             .iter_mut()
             .find(|stored| stored.batch.id == lease.batch_id)?;
-        let item = stored.items.iter_mut().find(|i| i.id == lease.item_id)?;
-        Some((&mut stored.batch, item))
+        stored.item_mut(&lease.item_id)
     }
 }
 
@@ -116,10 +138,7 @@ impl BatchStore for MemoryStore {
             });
         }
         let (record, items) = batch.into_records(&now.stamp);
-        tables.batches.push(Stored {
-            batch: record.clone(),
-            items,
-        });
+        tables.batches.push(Stored::new(record.clone(), items));
         Ok(Submitted {
             batch: record,
             created: true,
@@ -186,8 +205,8 @@ impl BatchStore for MemoryStore {
         let mut tables = self.batches.lock();
         Ok(tables
             .scoped(scope, batch_id)
-            .and_then(|stored| stored.items.iter().find(|item| item.id == item_id))
-            .cloned())
+            .and_then(|stored| stored.item_mut(item_id))
+            .map(|(_, item)| item.clone()))
     }
 
     async fn export_items(
@@ -275,12 +294,12 @@ impl BatchStore for MemoryStore {
         let Some(stored) = tables.scoped(scope, batch_id) else {
             return Ok(RetryOutcome::BatchNotFound);
         };
-        let Some(item) = stored.items.iter_mut().find(|item| item.id == item_id) else {
+        let Some((batch, item)) = stored.item_mut(item_id) else {
             return Ok(RetryOutcome::NotFailed);
         };
-        Ok(match machine::retry(&mut stored.batch, item, &now) {
+        Ok(match machine::retry(batch, item, &now) {
             Ok(()) => RetryOutcome::Retried {
-                batch: Box::new(stored.batch.clone()),
+                batch: Box::new(batch.clone()),
                 item: Box::new(item.clone()),
             },
             Err(machine::RetryRefusal::NotFailed) => RetryOutcome::NotFailed,
@@ -307,7 +326,7 @@ impl BatchStore for MemoryStore {
         let mut free = u64::from(request.free_slots);
         let mut admitted = request.admitted;
         for index in order {
-            let Stored { batch, items } = &mut tables.batches[index];
+            let Stored { batch, items, .. } = &mut tables.batches[index];
             for item in items.iter_mut() {
                 if machine::expired(item, &now) {
                     machine::recover_expired(batch, item, &now);

@@ -230,6 +230,12 @@ fn bench_runtime_and_bench_batches_run_to_their_result_line() {
     assert_eq!(bench_field(&line, "items"), 100.0, "{line}");
     assert!(bench_field(&line, "ratio") > 0.0, "{line}");
     assert!(bench_field(&line, "store_writes_per_item") <= 1.0, "{line}");
+    // The worker on the in-memory store, against the same executor-alone baseline.
+    assert!(bench_field(&line, "memory_items_per_s") > 0.0, "{line}");
+    let memory_ratio = bench_field(&line, "memory_ratio");
+    let expected =
+        bench_field(&line, "memory_items_per_s") / bench_field(&line, "baseline_items_per_s");
+    assert!((memory_ratio - expected).abs() < 0.01, "{line}");
 }
 
 #[test]
@@ -267,6 +273,13 @@ fn bench_gateway_times_a_single_stream_once_and_refuses_empty_sizes() {
     assert_eq!(sse.len(), 1, "{text}");
     assert_eq!(bench_field(sse[0], "sse_streams"), 1.0, "{text}");
     assert!(bench_field(sse[0], "p99_ratio") > 0.0, "{text}");
+    // The same steps through a gateway on the in-memory store, against the channel.
+    let memory_ratio = bench_field(sse[0], "memory_p99_ratio");
+    let expected = bench_field(sse[0], "memory_p99_ms") / bench_field(sse[0], "channel_p99_ms");
+    assert!(
+        (memory_ratio - expected).abs() < 0.01 * expected.max(1.0),
+        "{text}"
+    );
 }
 
 /// Starts `subflow serve` on a free port; returns the child and its address once it listens.

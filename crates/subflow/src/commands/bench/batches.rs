@@ -1,7 +1,9 @@
 //! `subflow bench batches`: what durability costs. A batch of N items (scripted model, no
 //! delay) runs to completion through the batch worker on SQLite; the same items through
 //! the subagent executor alone, with no store, are the baseline of the same run (three
-//! rounds of each, interleaved; the medians are reported). Then one
+//! rounds of each, interleaved; the medians are reported). The worker also runs the
+//! batch on the in-memory store: what is left of the ratio there is the worker's own
+//! work, and the rest is the durable store's. Then one
 //! claim pass is timed with 100 and with 5,000 items waiting. With `--postgres-url`, a
 //! batch with a 200 ms model delay runs on 1 and then on 3 `subflow worker` processes.
 
@@ -80,24 +82,29 @@ pub async fn run(args: BatchesArgs) -> anyhow::Result<()> {
         args.items
     );
     let (mut worker, mut baseline, mut writes) = (Vec::new(), Vec::new(), Vec::new());
+    let mut in_memory = Vec::new();
     for round in 1..=ROUNDS {
-        let (items_per_s, writes_per_item) = worker_run(dir.path(), args.items, round).await?;
+        let (items_per_s, writes_per_item) =
+            worker_run(dir.path(), args.items, round, true).await?;
         let baseline_per_s = executor_run(dir.path(), args.items).await?;
+        let (memory_per_s, _) = worker_run(dir.path(), args.items, round, false).await?;
         eprintln!(
-            "round {round}: worker {items_per_s:.0} items/s, executor alone {baseline_per_s:.0} items/s"
+            "round {round}: worker {items_per_s:.0} items/s (on the in-memory store {memory_per_s:.0}), executor alone {baseline_per_s:.0} items/s"
         );
         worker.push(items_per_s);
         baseline.push(baseline_per_s);
         writes.push(writes_per_item);
+        in_memory.push(memory_per_s);
     }
     let (items_per_s, baseline_per_s) = (median(worker), median(baseline));
-    let writes_per_item = median(writes);
+    let (writes_per_item, memory_per_s) = (median(writes), median(in_memory));
     let claim_100 = claim_p50(dir.path(), 100).await?;
     let claim_5000 = claim_p50(dir.path(), 5000).await?;
     println!(
-        "items={} items_per_s={items_per_s:.0} baseline_items_per_s={baseline_per_s:.0} ratio={:.3} store_writes_per_item={writes_per_item:.2} claim_p50_ms_100={claim_100:.3} claim_p50_ms_5000={claim_5000:.3}",
+        "items={} items_per_s={items_per_s:.0} baseline_items_per_s={baseline_per_s:.0} ratio={:.3} store_writes_per_item={writes_per_item:.2} claim_p50_ms_100={claim_100:.3} claim_p50_ms_5000={claim_5000:.3} memory_items_per_s={memory_per_s:.0} memory_ratio={:.3}",
         args.items,
         items_per_s / baseline_per_s,
+        memory_per_s / baseline_per_s,
     );
     if let Some(url) = &args.postgres_url {
         eprintln!(
@@ -198,13 +205,27 @@ impl WorkerMetrics for Finished {
     }
 }
 
-/// The batch through the worker on SQLite: items per second from the first claim to the
-/// last outcome, and the store writes it made per item.
-async fn worker_run(dir: &Path, n: usize, round: usize) -> anyhow::Result<(f64, f64)> {
-    let name = format!("bench-worker-{round}.db");
-    let sqlite = Arc::new(sqlite(dir, &name).await?);
-    let counted = Arc::new(CountingStore::new(sqlite.clone()));
-    let runtime = runtime(dir, sqlite.clone(), SLOTS)?;
+/// The batch through the worker on a fresh SQLite file, or on the in-memory store
+/// (`sqlite` false): items per second from the first claim to the last outcome, and the
+/// store writes it made per item.
+async fn worker_run(
+    dir: &Path,
+    n: usize,
+    round: usize,
+    sqlite: bool,
+) -> anyhow::Result<(f64, f64)> {
+    let file = if sqlite {
+        let name = format!("bench-worker-{round}.db");
+        Some(Arc::new(self::sqlite(dir, &name).await?))
+    } else {
+        None
+    };
+    let store: Arc<dyn Store> = match &file {
+        Some(file) => file.clone(),
+        None => Arc::new(subflow_store::MemoryStore::new()),
+    };
+    let counted = Arc::new(CountingStore::new(store.clone()));
+    let runtime = runtime(dir, store, SLOTS)?;
     counted.submit_batch(new_batch(n, LIVE, SLOTS)).await?;
     let finished = Arc::new(Finished {
         succeeded: AtomicU64::new(0),
@@ -226,7 +247,9 @@ async fn worker_run(dir: &Path, n: usize, round: usize) -> anyhow::Result<(f64, 
     task.await.context("the worker task failed")??;
     // Closed here, not dropped: a dropped store checkpoints and closes its file on the
     // writer thread while the baseline that follows runs.
-    sqlite.close().await;
+    if let Some(file) = file {
+        file.close().await;
+    }
     let other = finished.other.load(Ordering::SeqCst);
     if other > 0 {
         bail!("{other} attempts did not succeed");

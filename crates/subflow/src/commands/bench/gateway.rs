@@ -93,9 +93,7 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         let round_dir = dir.path().join(format!("round-{round}"));
         std::fs::create_dir_all(&round_dir).context("creating a round's directory")?;
         for &streams in &stream_counts {
-            let (over_sse, channel) =
-                sse::measure(&round_dir, streams, args.steps, args.step_delay_ms).await?;
-            sse.push((streams, over_sse, channel));
+            sse.push(sse::measure(&round_dir, streams, args.steps, args.step_delay_ms).await?);
         }
         eprintln!(
             "round {round}: /events {:.3} vs {:.3} ms, /token-usage {:.3} vs {:.3} ms, idle serve {idle:.1} MB, SSE p99 {}",
@@ -103,8 +101,13 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
             reads.events_store,
             reads.usage_http,
             reads.usage_inproc,
-            sse.iter()
-                .map(|(n, s, c)| format!("{n} stream(s) {:.3} vs {:.3} ms", s.p99_ms, c.p99_ms))
+            stream_counts
+                .iter()
+                .zip(&sse)
+                .map(|(n, m)| format!(
+                    "{n} stream(s) {:.3} (in-memory store {:.3}) vs {:.3} ms",
+                    m.sse.p99_ms, m.memory.p99_ms, m.channel.p99_ms
+                ))
                 .collect::<Vec<_>>()
                 .join(", ")
         );
@@ -128,22 +131,26 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
         by_day / usage_http
     );
     for (index, &streams) in stream_counts.iter().enumerate() {
-        let sse = |pick: fn(&sse::Latency) -> f64| of(&|r| pick(&r.2[index].1));
-        let channel = |pick: fn(&sse::Latency) -> f64| of(&|r| pick(&r.2[index].2));
-        let (p50, p99) = (sse(|l| l.p50_ms), sse(|l| l.p99_ms));
-        let (channel_p50, channel_p99) = (channel(|l| l.p50_ms), channel(|l| l.p99_ms));
+        let at = |pick: fn(&sse::Measured) -> sse::Latency| {
+            let p50 = of(&|r| pick(&r.2[index]).p50_ms);
+            (p50, of(&|r| pick(&r.2[index]).p99_ms))
+        };
+        let (p50, p99) = at(|m| m.sse);
+        let (memory_p50, memory_p99) = at(|m| m.memory);
+        let (channel_p50, channel_p99) = at(|m| m.channel);
         eprintln!(
-            "bench gateway: SSE latency of {} subagent steps a round ({} per run, {} ms apart) with {streams} concurrent stream(s) (groups of runs one after another until at least 200 steps); baseline: the runtime's output channel",
-            rounds[0].2[index].1.samples, args.steps, args.step_delay_ms
+            "bench gateway: SSE latency of {} subagent steps a round ({} per run, {} ms apart) with {streams} concurrent stream(s) (groups of runs one after another until at least 200 steps); baseline: the runtime's output channel; memory_*: the same gateway on the in-memory store",
+            rounds[0].2[index].sse.samples, args.steps, args.step_delay_ms
         );
         println!(
-            "sse_streams={streams} sse_p50_ms={p50:.3} sse_p99_ms={p99:.3} channel_p50_ms={channel_p50:.3} channel_p99_ms={channel_p99:.3} p50_ratio={:.2} p99_ratio={:.2}",
+            "sse_streams={streams} sse_p50_ms={p50:.3} sse_p99_ms={p99:.3} channel_p50_ms={channel_p50:.3} channel_p99_ms={channel_p99:.3} p50_ratio={:.2} p99_ratio={:.2} memory_p50_ms={memory_p50:.3} memory_p99_ms={memory_p99:.3} memory_p99_ratio={:.2}",
             p50 / channel_p50,
-            p99 / channel_p99
+            p99 / channel_p99,
+            memory_p99 / channel_p99
         );
     }
     if let Some(url) = &args.postgres_url {
-        let local = of(&|r| r.2[0].1.p50_ms);
+        let local = of(&|r| r.2[0].sse.p50_ms);
         let across =
             sse::across_processes(dir.path(), url, 1, args.steps, args.step_delay_ms).await?;
         eprintln!(
@@ -164,7 +171,7 @@ const ROUNDS: usize = 3;
 
 /// One round: the read paths, idle serve's memory, and SSE against the channel by
 /// stream count.
-type Round = (ReadTimes, f64, Vec<(usize, sse::Latency, sse::Latency)>);
+type Round = (ReadTimes, f64, Vec<sse::Measured>);
 
 /// The gateway under test and what its read paths are timed against.
 struct Reads {

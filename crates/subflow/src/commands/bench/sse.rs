@@ -3,8 +3,12 @@
 //! its `custom` frame, with one stream and with many at once. The baseline is the same
 //! runs read from the runtime's in-process output channel, which is where the gateway
 //! takes the steps from: the ratio is what numbering, storing each frame before it is
-//! sent (the persister), the hub, HTTP and the client's parsing add. With a PostgreSQL database, the same steps are also
-//! timed through a second gateway that follows runs executing in the first one.
+//! sent (the persister), the hub, HTTP and the client's parsing add. The same runs are
+//! also streamed by a gateway on the in-memory store, where storing a frame costs next
+//! to nothing: what is left of the ratio there is the gateway's own path (persister
+//! hand-off, hub, HTTP, loopback, parsing), and the rest is the durable commit. With a
+//! PostgreSQL database, the same steps are also timed through a second gateway that
+//! follows runs executing in the first one.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,7 +27,7 @@ use subflow_runtime::admission::{AdmissionConfig, AdmissionPolicy};
 use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
 use subflow_runtime::runtime::RuntimeOptions;
-use subflow_store::Store;
+use subflow_store::{MemoryStore, Store};
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
@@ -187,17 +191,38 @@ fn stamped(text: &str, run_id: &str, stamps: &Stamps) -> Option<Duration> {
         .map(|finished| finished.elapsed())
 }
 
-/// `turns` times in turn, `streams` runs at once through a gateway, each followed by
-/// its own SSE client.
+/// The store behind the gateway of an SSE measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// A fresh SQLite file: every frame committed before it is sent.
+    Sqlite,
+    /// The in-memory store: the same path with a store call that costs next to nothing.
+    Memory,
+}
+
+/// `turns` times in turn, `streams` runs at once through a gateway on `backing`, each
+/// followed by its own SSE client.
 async fn over_sse(
     dir: &std::path::Path,
     script: &std::path::Path,
     streams: usize,
     turns: usize,
+    backing: Backing,
 ) -> anyhow::Result<Latency> {
     let stamps = Stamps::default();
-    let name = format!("sse-{streams}");
-    let (runtime, sqlite) = runtime(dir, &name, script, streams, stamps.clone()).await?;
+    let (runtime, sqlite) = match backing {
+        Backing::Sqlite => {
+            let name = format!("sse-{streams}");
+            let (runtime, sqlite) = runtime(dir, &name, script, streams, stamps.clone()).await?;
+            (runtime, Some(sqlite))
+        }
+        Backing::Memory => {
+            let name = format!("sse-memory-{streams}");
+            let store = Arc::new(MemoryStore::new());
+            let runtime = runtime_on(store, dir, &name, script, streams, stamps.clone())?;
+            (runtime, None)
+        }
+    };
     let (base, server) = serve(runtime).await?;
     let client = reqwest::Client::builder().no_proxy().build()?;
     let mut samples = Vec::new();
@@ -218,7 +243,9 @@ async fn over_sse(
     server.abort();
     // The gateway (and its handle on the store) is gone once its task ended.
     let _ = server.await;
-    sqlite.close().await;
+    if let Some(sqlite) = sqlite {
+        sqlite.close().await;
+    }
     Latency::of(samples)
 }
 
@@ -434,28 +461,46 @@ async fn over_channel(
 /// its slowest step.
 const MIN_SAMPLES: usize = 200;
 
-/// SSE and channel latency with `streams` concurrent runs of `steps` AI steps each,
-/// repeated in turn until at least [`MIN_SAMPLES`] steps are timed.
+/// The latencies of one SSE measurement.
+#[derive(Debug, Clone, Copy)]
+pub struct Measured {
+    /// Through a gateway on SQLite.
+    pub sse: Latency,
+    /// Through a gateway on the in-memory store.
+    pub memory: Latency,
+    /// From the runtime's output channel.
+    pub channel: Latency,
+}
+
+/// SSE (on SQLite and on the in-memory store) and channel latency with `streams`
+/// concurrent runs of `steps` AI steps each, repeated in turn until at least
+/// [`MIN_SAMPLES`] steps are timed.
 pub async fn measure(
     dir: &std::path::Path,
     streams: usize,
     steps: usize,
     delay_ms: u64,
-) -> anyhow::Result<(Latency, Latency)> {
+) -> anyhow::Result<Measured> {
     let path = dir.join(format!("sse-script-{streams}.json"));
     std::fs::write(&path, script(steps, delay_ms).to_string()).context("writing the script")?;
     // Every AI step is measured, the subagent's final answer included.
     let per_turn = streams * (steps + 1);
     let turns = MIN_SAMPLES.div_ceil(per_turn);
     let channel = over_channel(dir, &path, streams, turns).await?;
-    let sse = over_sse(dir, &path, streams, turns).await?;
+    let sse = over_sse(dir, &path, streams, turns, Backing::Sqlite).await?;
+    let memory = over_sse(dir, &path, streams, turns, Backing::Memory).await?;
     let expected = per_turn * turns;
-    if sse.samples != expected || channel.samples != expected {
+    if [sse, memory, channel].iter().any(|l| l.samples != expected) {
         bail!(
-            "expected {expected} steps, measured {} over SSE and {} from the channel",
+            "expected {expected} steps, measured {} over SSE, {} over SSE on the in-memory store and {} from the channel",
             sse.samples,
+            memory.samples,
             channel.samples
         );
     }
-    Ok((sse, channel))
+    Ok(Measured {
+        sse,
+        memory,
+        channel,
+    })
 }
