@@ -86,8 +86,9 @@ impl Attempt {
     /// once the execution is over, before the outcome is written.
     pub async fn run(self, admitted: Option<OwnedSemaphorePermit>, mut counted: Counted) {
         let lease = self.claimed.lease();
-        let work = self.work(&lease, admitted);
-        tokio::pin!(work);
+        // Boxed: the execution's future is most of an attempt's size, and a spawned
+        // attempt is copied into its task whole (7.9 KB inline, 2.9 KB boxed).
+        let mut work = Box::pin(self.work(&lease, admitted));
         let outcome = tokio::select! {
             outcome = &mut work => outcome,
             // Renewals end only by stopping the execution, which then ends promptly.
