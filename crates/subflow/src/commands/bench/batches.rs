@@ -35,7 +35,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::super::UsageError;
-use super::median;
+use super::{Backing, median};
 
 /// Executions at once, for the worker and for the baseline alike: the ceiling of
 /// `subagent_runtime.max_running`, and the batch's running cap (the default ceiling of
@@ -85,9 +85,9 @@ pub async fn run(args: BatchesArgs) -> anyhow::Result<()> {
     let mut in_memory = Vec::new();
     for round in 1..=ROUNDS {
         let (items_per_s, writes_per_item) =
-            worker_run(dir.path(), args.items, round, true).await?;
+            worker_run(dir.path(), args.items, round, Backing::Sqlite).await?;
         let baseline_per_s = executor_run(dir.path(), args.items).await?;
-        let (memory_per_s, _) = worker_run(dir.path(), args.items, round, false).await?;
+        let (memory_per_s, _) = worker_run(dir.path(), args.items, round, Backing::Memory).await?;
         eprintln!(
             "round {round}: worker {items_per_s:.0} items/s (on the in-memory store {memory_per_s:.0}), executor alone {baseline_per_s:.0} items/s"
         );
@@ -205,20 +205,20 @@ impl WorkerMetrics for Finished {
     }
 }
 
-/// The batch through the worker on a fresh SQLite file, or on the in-memory store
-/// (`sqlite` false): items per second from the first claim to the last outcome, and the
-/// store writes it made per item.
+/// The batch through the worker on `backing`: items per second from the first claim to
+/// the last outcome, and the store writes it made per item.
 async fn worker_run(
     dir: &Path,
     n: usize,
     round: usize,
-    sqlite: bool,
+    backing: Backing,
 ) -> anyhow::Result<(f64, f64)> {
-    let file = if sqlite {
-        let name = format!("bench-worker-{round}.db");
-        Some(Arc::new(self::sqlite(dir, &name).await?))
-    } else {
-        None
+    let file = match backing {
+        Backing::Sqlite => {
+            let name = format!("bench-worker-{round}.db");
+            Some(Arc::new(sqlite(dir, &name).await?))
+        }
+        Backing::Memory => None,
     };
     let store: Arc<dyn Store> = match &file {
         Some(file) => file.clone(),

@@ -132,8 +132,10 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
     );
     for (index, &streams) in stream_counts.iter().enumerate() {
         let at = |pick: fn(&sse::Measured) -> sse::Latency| {
-            let p50 = of(&|r| pick(&r.2[index]).p50_ms);
-            (p50, of(&|r| pick(&r.2[index]).p99_ms))
+            (
+                of(&|r| pick(&r.2[index]).p50_ms),
+                of(&|r| pick(&r.2[index]).p99_ms),
+            )
         };
         let (p50, p99) = at(|m| m.sse);
         let (memory_p50, memory_p99) = at(|m| m.memory);
@@ -169,8 +171,8 @@ pub async fn run(args: GatewayArgs) -> anyhow::Result<()> {
 /// Rounds of every measurement, interleaved; the medians are printed.
 const ROUNDS: usize = 3;
 
-/// One round: the read paths, idle serve's memory, and SSE against the channel by
-/// stream count.
+/// One round: the read paths, idle serve's memory, and SSE (on SQLite and on the
+/// in-memory store) against the channel by stream count.
 type Round = (ReadTimes, f64, Vec<sse::Measured>);
 
 /// The gateway under test and what its read paths are timed against.

@@ -20,9 +20,21 @@ pub enum Bench {
     Runtime(runtime::RuntimeArgs),
     /// The gateway's read paths over HTTP against the store, and the idle memory of `serve`.
     Gateway(gateway::GatewayArgs),
-    /// Durable batches: the worker on SQLite against the executor alone, claim pass
-    /// times, and with --postgres-url the scaling from 1 to 3 worker processes.
+    /// Durable batches: the worker on SQLite (and on the in-memory store) against the
+    /// executor alone, claim pass times, and with --postgres-url the scaling from 1 to 3
+    /// worker processes.
     Batches(batches::BatchesArgs),
+}
+
+/// The store under a measurement that is taken on both: the durable one, and the
+/// in-memory one whose calls cost next to nothing, which splits the store's cost from
+/// the measured path's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backing {
+    /// A fresh SQLite file.
+    Sqlite,
+    /// The in-memory store.
+    Memory,
 }
 
 /// Runs a benchmark.

@@ -28,6 +28,8 @@ use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
 use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{MemoryStore, Store};
+
+use super::Backing;
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
 
@@ -189,15 +191,6 @@ fn stamped(text: &str, run_id: &str, stamps: &Stamps) -> Option<Duration> {
     stamps
         .get(&(run_id.to_owned(), text.to_owned()))
         .map(|finished| finished.elapsed())
-}
-
-/// The store behind the gateway of an SSE measurement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Backing {
-    /// A fresh SQLite file: every frame committed before it is sent.
-    Sqlite,
-    /// The in-memory store: the same path with a store call that costs next to nothing.
-    Memory,
 }
 
 /// `turns` times in turn, `streams` runs at once through a gateway on `backing`, each
