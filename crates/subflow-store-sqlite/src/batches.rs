@@ -85,10 +85,7 @@ impl SqliteStore {
     {
         let clock = self.inner.clock.clone();
         self.write_owned(Route::Queued, owned, move |conn, owned| {
-            let mut rows = SqliteRows {
-                conn,
-                clock: &clock,
-            };
+            let mut rows = SqliteRows::new(conn, &clock);
             at_once(work(&mut rows, owned))
         })
         .await
