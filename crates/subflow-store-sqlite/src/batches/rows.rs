@@ -95,20 +95,13 @@ macro_rules! item_columns {
 /// Every item column; [`LISTED_ITEM_COLUMNS`] reads the same without the result.
 pub(super) const ITEM_COLUMNS: &str = item_columns!();
 
-/// One item by id.
-const LOAD_ITEM: &str = concat!(
-    "SELECT ",
-    item_columns!(),
-    " FROM subagent_batch_items WHERE id = ? AND batch_id = ?"
-);
-
 /// Every item column and the row's `rowid` (read by [`decode_locked`]): what a write
 /// transaction reads.
 const LOCKED_ITEM_COLUMNS: &str = concat!(item_columns!(), ", rowid");
 
-/// [`LOAD_ITEM`] in a write transaction: read for each outcome of a group, so its text
-/// is built once.
-const LOCK_ITEM: &str = concat!(
+/// One item by id, with its `rowid`: read for each outcome of a group, so its text is
+/// built once.
+const LOAD_ITEM: &str = concat!(
     "SELECT ",
     item_columns!(),
     ", rowid FROM subagent_batch_items WHERE id = ? AND batch_id = ?"
@@ -191,9 +184,18 @@ pub(super) fn load_item(
     batch_id: &str,
     item_id: &str,
 ) -> Result<Option<BatchItem>> {
+    Ok(load_locked(conn, batch_id, item_id)?.map(|(item, _)| item))
+}
+
+/// [`load_item`] with the row's `rowid`.
+fn load_locked(
+    conn: &Connection,
+    batch_id: &str,
+    item_id: &str,
+) -> Result<Option<(BatchItem, i64)>> {
     let mut statement = conn.prepare_cached(LOAD_ITEM).db()?;
     let mut rows = statement.query([item_id, batch_id]).db()?;
-    rows.next().db()?.map(decode_item).transpose()
+    rows.next().db()?.map(decode_locked).transpose()
 }
 
 fn write_batch(conn: &Connection, batch: &BatchRecord) -> Result<()> {
@@ -384,15 +386,15 @@ impl<'a> SqliteRows<'a> {
         }
     }
 
-    /// The items of `locked` rows, their `rowid`s noted for [`write_items`].
-    fn note(&mut self, locked: Vec<(BatchItem, i64)>) -> Vec<BatchItem> {
-        locked
-            .into_iter()
-            .map(|(item, rowid)| {
-                self.rowids.insert(item.id.clone(), rowid);
-                item
-            })
-            .collect()
+    /// The item of a locked row, its `rowid` noted for [`write_items`].
+    fn note(&mut self, (item, rowid): (BatchItem, i64)) -> BatchItem {
+        self.rowids.insert(item.id.clone(), rowid);
+        item
+    }
+
+    /// The items of locked rows, each noted ([`note`](Self::note)).
+    fn note_all(&mut self, locked: Vec<(BatchItem, i64)>) -> Vec<BatchItem> {
+        locked.into_iter().map(|row| self.note(row)).collect()
     }
 }
 
@@ -421,12 +423,8 @@ impl BatchRows for SqliteRows<'_> {
     }
 
     async fn lock_item(&mut self, batch_id: &str, item_id: &str) -> Result<Option<BatchItem>> {
-        let mut statement = self.conn.prepare_cached(LOCK_ITEM).db()?;
-        let mut rows = statement.query([item_id, batch_id]).db()?;
-        let Some(locked) = rows.next().db()?.map(decode_locked).transpose()? else {
-            return Ok(None);
-        };
-        Ok(self.note(vec![locked]).pop())
+        let locked = load_locked(self.conn, batch_id, item_id)?;
+        Ok(locked.map(|row| self.note(row)))
     }
 
     async fn lock_expired_items(
@@ -451,7 +449,7 @@ impl BatchRows for SqliteRows<'_> {
             )?);
         }
         expired.sort_by_key(|(item, _)| item.position);
-        Ok(self.note(expired))
+        Ok(self.note_all(expired))
     }
 
     async fn lock_unfinished_items(&mut self, batch_id: &str) -> Result<Vec<BatchItem>> {
@@ -460,7 +458,7 @@ impl BatchRows for SqliteRows<'_> {
              AND status IN ('pending', 'queued', 'leased', 'running') ORDER BY position"
         );
         let locked = query_all(self.conn, &sql, [batch_id], decode_locked)?;
-        Ok(self.note(locked))
+        Ok(self.note_all(locked))
     }
 
     async fn lock_claimable_items(&mut self, batch_id: &str, limit: u64) -> Result<Vec<BatchItem>> {
@@ -469,7 +467,7 @@ impl BatchRows for SqliteRows<'_> {
              AND status = 'queued' AND cancel_requested_at IS NULL ORDER BY position"
         );
         let locked = query_first(self.conn, &sql, [batch_id], limit, decode_locked)?;
-        Ok(self.note(locked))
+        Ok(self.note_all(locked))
     }
 
     async fn promote_pending(&mut self, batch_id: &str, quota: u64, now: &Now) -> Result<u64> {
@@ -494,5 +492,77 @@ impl BatchRows for SqliteRows<'_> {
              AND submission_key = ?"
         );
         Ok(query_all(self.conn, &sql, [user_id, key], decode_batch)?.pop())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use subflow_contracts::BatchItemStatus;
+    use subflow_store::batches::{NewBatch, NewItem};
+
+    use super::*;
+    use crate::batches::at_once;
+    use crate::{Target, open_writer};
+
+    /// A writer connection holding one batch of two items; the items as submitted.
+    fn submitted() -> (Connection, Vec<BatchItem>) {
+        let conn = open_writer(&Target::Memory).unwrap();
+        let batch = NewBatch {
+            thread_id: "t".into(),
+            user_id: "u".into(),
+            run_id: None,
+            tool_call_id: None,
+            submission_key: "k".into(),
+            title: "Rows".into(),
+            subagent_type: "general-purpose".into(),
+            max_live_items: 10,
+            max_running_items: 10,
+            max_attempts: 3,
+            execution_spec: serde_json::json!({}),
+            items: ["a", "b"]
+                .map(|key| NewItem {
+                    item_key: key.into(),
+                    prompt: format!("prompt {key}"),
+                    acceptance_criteria: Vec::new(),
+                })
+                .into(),
+        };
+        let (record, items) = batch.into_records("2026-01-01T00:00:00Z");
+        assert!(insert_batch(&conn, &record, &items).unwrap());
+        (conn, items)
+    }
+
+    fn status(conn: &Connection, item_id: &str) -> String {
+        conn.query_row(
+            "SELECT status FROM subagent_batch_items WHERE id = ?",
+            [item_id],
+            |row| row.get(0),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn an_item_is_written_back_to_the_row_it_was_read_from() {
+        let (conn, items) = submitted();
+        let clock = SharedClock::default();
+        let mut rows = SqliteRows::new(&conn, &clock);
+        let (batch_id, second) = (&items[1].batch_id, &items[1].id);
+        let mut item = at_once(rows.lock_item(batch_id, second)).unwrap().unwrap();
+        item.status = BatchItemStatus::Queued;
+        at_once(rows.write_items(std::slice::from_ref(&item))).unwrap();
+        assert_eq!(status(&conn, second), "queued");
+        assert_eq!(status(&conn, &items[0].id), "pending");
+    }
+
+    #[test]
+    fn an_item_not_read_in_the_transaction_is_not_written() {
+        let (conn, items) = submitted();
+        let clock = SharedClock::default();
+        let mut rows = SqliteRows::new(&conn, &clock);
+        let mut item = items[0].clone();
+        item.status = BatchItemStatus::Queued;
+        let error = at_once(rows.write_items(std::slice::from_ref(&item))).unwrap_err();
+        assert!(error.to_string().contains("without being read"), "{error}");
+        assert_eq!(status(&conn, &item.id), "pending");
     }
 }
