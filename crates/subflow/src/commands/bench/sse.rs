@@ -28,10 +28,10 @@ use subflow_runtime::output::{OutputSink, RunOutput};
 use subflow_runtime::run::RunSpec;
 use subflow_runtime::runtime::RuntimeOptions;
 use subflow_store::{MemoryStore, Store};
-
-use super::Backing;
 use subflow_store_sqlite::SqliteStore;
 use tokio_util::sync::CancellationToken;
+
+use super::Backing;
 
 /// When each model answer finished, by run id and answer text.
 type Stamps = Arc<Mutex<HashMap<(String, String), Instant>>>;
